@@ -1,0 +1,88 @@
+"""cubicml-lab: measure, predict and search the configurations that make model training fast.
+
+A thin library behind a series of notebooks. The loop, after CubicML (Wen et al., Meta, 2024)::
+
+    Space -> Searcher.ask() -> Campaign -> Launcher -> workload + measure -> TrialResult
+      ^                                                                        |
+      +---- GPPredictor <---- TrialStore (SQLite: every trial, status, metrics, hardware)
+
+``import cubicml_lab`` is cheap: torch, BoTorch and pandas load only when a name that needs them is
+first used.
+
+Example:
+    >>> import cubicml_lab as cml
+    >>> space = cml.Space([cml.PowerOfTwo("micro_batch", 1, 8), cml.Bool("compile")])
+    >>> space.size()
+    8
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+# ``cubicml_lab.measure`` is both a module (timing primitives) and the public function
+# ``cml.measure(...)``. Load the module first, so that importing it later never rebinds the name.
+from . import errors
+from .errors import CubicMLError
+from .space import Bool, Choice, Float, Int, Ordinal, PowerOfTwo, Space
+
+try:  # TEMPORARY while modules land; removed before the first commit
+    from . import measure as _measure_module  # noqa: F401
+    from .launch import measure
+    from .store import Trial, TrialStore
+except ImportError:
+    pass
+
+__version__ = "0.1.0"
+
+_LAZY = {
+    "GPPredictor": ("cubicml_lab.surrogate", "GPPredictor"),
+    "evaluate_predictor": ("cubicml_lab.surrogate", "evaluate_predictor"),
+    "BayesianSearch": ("cubicml_lab.search", "BayesianSearch"),
+    "RandomSearch": ("cubicml_lab.search", "RandomSearch"),
+    "Campaign": ("cubicml_lab.campaign", "Campaign"),
+    "workloads": ("cubicml_lab.workloads", None),
+    "launch": ("cubicml_lab.launch", None),
+    "plots": ("cubicml_lab.plots", None),
+    "TrialResult": ("cubicml_lab.measure", "TrialResult"),
+}
+
+__all__ = [
+    "BayesianSearch",
+    "Bool",
+    "Campaign",
+    "Choice",
+    "CubicMLError",
+    "Float",
+    "GPPredictor",
+    "Int",
+    "Ordinal",
+    "PowerOfTwo",
+    "RandomSearch",
+    "Space",
+    "Trial",
+    "TrialResult",
+    "TrialStore",
+    "errors",
+    "evaluate_predictor",
+    "launch",
+    "measure",
+    "plots",
+    "workloads",
+]
+
+
+def __getattr__(name: str) -> Any:
+    try:
+        module_name, attr = _LAZY[name]
+    except KeyError:
+        raise AttributeError(f"module 'cubicml_lab' has no attribute {name!r}") from None
+    module = importlib.import_module(module_name)
+    value = module if attr is None else getattr(module, attr)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -1,0 +1,117 @@
+"""The launcher interface: where and how one trial runs.
+
+A :class:`Launcher` takes a trial *spec* (a JSON-able dict naming the workload, its config, the
+device and the measurement options) and returns a :class:`~cubicml_lab.measure.TrialResult`.
+It blocks until the trial is done. A trial that fails, runs out of memory or times out is data,
+not an exception: it comes back as a result whose ``status`` says so. A launcher raises only when
+it cannot start the trial at all (:class:`~cubicml_lab.errors.LaunchError`) or when the spec or
+its own options are invalid (:class:`~cubicml_lab.errors.ConfigError`).
+
+The spec, shared by every launcher and by ``python -m cubicml_lab.trial``::
+
+    {"workload": "gpt",                      # name for cubicml_lab.workloads.get
+     "config": {"d_model": 128},             # knobs; unspecified ones take the defaults
+     "device": "cpu",                        # "cpu", "cuda", "cuda:1", ...
+     "measure": {"max_time_s": 1.0}}         # optional MeasureOptions fields
+
+This module imports no torch.
+"""
+
+from __future__ import annotations
+
+import abc
+import json
+from typing import TYPE_CHECKING, Any
+
+from ..errors import ConfigError
+
+if TYPE_CHECKING:
+    from ..measure import TrialResult
+
+__all__ = ["Launcher", "check_spec"]
+
+_SPEC_KEYS = ("workload", "config", "device", "measure")
+
+
+def check_spec(spec: dict[str, Any]) -> dict[str, Any]:
+    """Check the shape of a trial spec and return a plain-JSON copy of it.
+
+    Only the shape is checked here (keys, types, JSON-ability); whether the workload exists and its
+    knobs are known is the workload's business (:func:`cubicml_lab.workloads.get`).
+
+    Args:
+        spec: ``{"workload": str, "config": dict, "device": str, "measure": dict}``; ``config``,
+            ``device`` and ``measure`` are optional.
+
+    Returns:
+        A deep copy made through JSON, so the launcher never shares mutable state with the caller.
+
+    Raises:
+        ConfigError: A key is unknown, ``workload`` is missing, a value has the wrong type, or the
+            spec cannot be written as JSON.
+
+    Example:
+        >>> check_spec({"workload": "gpt", "config": {"d_model": 64}})
+        {'workload': 'gpt', 'config': {'d_model': 64}}
+    """
+    if not isinstance(spec, dict):
+        raise ConfigError(
+            f"spec must be a dict, got {type(spec).__name__}",
+            hint='pass {"workload": "gpt", "config": {...}, "device": "cpu"}',
+        )
+    unknown = sorted(set(spec) - set(_SPEC_KEYS))
+    if unknown:
+        raise ConfigError(
+            f"spec has unknown key(s) {unknown}", hint=f"allowed keys: {list(_SPEC_KEYS)}"
+        )
+    if not isinstance(spec.get("workload"), str) or not spec["workload"]:
+        raise ConfigError(
+            f"spec['workload'] must be a non-empty string, got {spec.get('workload')!r}",
+            hint="name a registered workload, e.g. 'gpt'",
+        )
+    for key, kind in (("config", dict), ("device", str), ("measure", dict)):
+        if key in spec and spec[key] is not None and not isinstance(spec[key], kind):
+            raise ConfigError(
+                f"spec[{key!r}] must be a {kind.__name__}, got {type(spec[key]).__name__}",
+                hint=f"pass spec[{key!r}] as a {kind.__name__} or leave it out",
+            )
+    try:
+        copied: dict[str, Any] = json.loads(json.dumps(spec, allow_nan=False))
+    except (TypeError, ValueError) as err:
+        raise ConfigError(
+            f"spec cannot be written as JSON: {err}",
+            hint="configs hold only str, int, float, bool, None, lists and dicts",
+        ) from None
+    return copied
+
+
+class Launcher(abc.ABC):
+    """Runs one trial somewhere and returns its :class:`~cubicml_lab.measure.TrialResult`.
+
+    Subclasses implement :meth:`run` and :meth:`describe`. ``describe()`` is stored with each
+    campaign, so it must be plain JSON and say enough to rebuild an equivalent launcher.
+    """
+
+    @abc.abstractmethod
+    def run(self, spec: dict[str, Any]) -> TrialResult:
+        """Run one trial and block until it is done.
+
+        Args:
+            spec: The trial spec (see the module docstring).
+
+        Returns:
+            The trial's result; failures, OOM and timeouts are statuses, not exceptions.
+
+        Raises:
+            ConfigError: The spec or the launcher's options are invalid.
+            LaunchError: The trial could not be started at all.
+        """
+
+    @abc.abstractmethod
+    def describe(self) -> dict[str, Any]:
+        """Return ``{"kind": <name>, **options}`` as plain JSON, for the campaign record."""
+
+    def __repr__(self) -> str:
+        options = {k: v for k, v in self.describe().items() if k != "kind"}
+        args = ", ".join(f"{k}={v!r}" for k, v in options.items())
+        return f"{type(self).__name__}({args})"

@@ -1,0 +1,449 @@
+"""Search spaces: the knobs of a training configuration, their constraints and derived values.
+
+A :class:`Space` is a list of parameters (:class:`Int`, :class:`PowerOfTwo`, :class:`Ordinal`,
+:class:`Choice`, :class:`Bool`, :class:`Float`), optional ``constants`` (e.g. the world size),
+``derived`` values computed from them (e.g. the data-parallel degree) and ``constraints`` that a valid
+configuration satisfies. Constraint and derived strings go through the restricted evaluator in
+:mod:`cubicml_lab._expr`, never ``eval``. A space validates itself when it is built, so a mistake
+shows up in the notebook cell that defined it.
+
+A space samples uniformly over its valid configurations, enumerates them, counts them, encodes
+configurations as a float matrix for a Gaussian process (and decodes back), and round-trips through
+YAML and JSON. This module imports no torch; :meth:`Space.encode` imports it when called.
+
+Example:
+    >>> space = Space(
+    ...     [PowerOfTwo("tp", 1, 8), PowerOfTwo("pp", 1, 8), Choice("recompute", ["none", "full"])],
+    ...     constants={"world_size": 8},
+    ...     derived={"dp": "world_size // (tp * pp)"},
+    ...     constraints=["tp * pp <= world_size"],
+    ... )
+    >>> space.size()
+    20
+    >>> space.resolve({"tp": 2, "pp": 2, "recompute": "none"})["dp"]
+    2
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from ._expr import Expr
+from ._params import (
+    PARAM_TYPES,
+    Bool,
+    Choice,
+    Float,
+    Int,
+    Ordinal,
+    Parameter,
+    PowerOfTwo,
+    param_from_dict,
+)
+from .errors import SpaceError
+
+if TYPE_CHECKING:
+    import numpy as np
+    import torch
+
+__all__ = ["ENUMERATE_LIMIT", "PARAM_TYPES", "Bool", "Choice", "Float", "Int", "Ordinal",
+           "Parameter", "PowerOfTwo", "Space"]
+
+#: Spaces whose unconstrained product is at most this big are enumerated exactly.
+ENUMERATE_LIMIT = 2_000_000
+
+
+class Space:
+    """A set of valid training configurations.
+
+    Args:
+        parameters: The knobs to search, each with a unique name that is a Python identifier.
+        constants: Fixed values usable in expressions and passed to the workload (e.g. world_size).
+        derived: ``name -> expression`` computed from parameters, constants and earlier derived
+            values, in order (e.g. ``{"dp": "world_size // (tp * pp)"}``).
+        constraints: Expressions that every valid configuration makes true.
+
+    Raises:
+        SpaceError: On duplicate or invalid names, bad expressions, names an expression does not
+            know, or constraints that no configuration satisfies.
+    """
+
+    def __init__(
+        self,
+        parameters: Sequence[Parameter],
+        constants: Mapping[str, Any] | None = None,
+        derived: Mapping[str, str] | None = None,
+        constraints: Sequence[str] | None = None,
+    ) -> None:
+        if isinstance(parameters, Parameter) or not len(parameters):
+            raise SpaceError("a Space needs a non-empty list of parameters",
+                             hint="e.g. Space([Int('micro_batch', 1, 16)])")
+        for p in parameters:
+            if not isinstance(p, Parameter):
+                raise SpaceError(f"{p!r} is not a parameter",
+                                 hint=f"use one of {', '.join(PARAM_TYPES)}")
+        self.parameters: list[Parameter] = list(parameters)
+        self.names: list[str] = [p.name for p in self.parameters]
+        self.constants: dict[str, Any] = dict(constants or {})
+        self.derived: dict[str, str] = dict(derived or {})
+        self.constraints: list[str] = list(constraints or [])
+        self._by_name = {p.name: p for p in self.parameters}
+        self._check_names()
+        self._derived_exprs = self._compile_derived()
+        self._constraint_exprs = self._compile_constraints()
+        self._valid: list[dict[str, Any]] | None = None
+        self._check_satisfiable()
+
+    # -- construction checks ------------------------------------------------------------------
+    def _check_names(self) -> None:
+        seen: dict[str, str] = {}
+        groups = [("parameter", self.names), ("constant", list(self.constants)),
+                  ("derived value", list(self.derived))]
+        for kind, names in groups:
+            for name in names:
+                if not isinstance(name, str) or not name.isidentifier():
+                    raise SpaceError(f"{kind} name {name!r} is not a valid identifier",
+                                     hint="use letters, digits and underscores, e.g. 'micro_batch'")
+                if name in seen:
+                    raise SpaceError(f"name {name!r} is used twice (as {seen[name]} and {kind})",
+                                     hint="give every parameter, constant and derived value its own name")
+                seen[name] = kind
+        for name, value in self.constants.items():
+            if not isinstance(value, (int, float, str, bool)):
+                raise SpaceError(f"constant {name!r} = {value!r} is not a number, string or bool",
+                                 hint="constants are JSON scalars")
+
+    def _unknown(self, expr: Expr, known: set[str], where: str) -> None:
+        missing = sorted(expr.names - known)
+        if missing:
+            raise SpaceError(
+                f"{where} {expr.source!r} uses unknown name(s) {', '.join(map(repr, missing))}",
+                hint=f"known names: {', '.join(sorted(known))}",
+            )
+
+    def _compile_derived(self) -> list[tuple[str, Expr]]:
+        known = set(self.names) | set(self.constants)
+        out = []
+        for name, source in self.derived.items():
+            expr = Expr(source)
+            self._unknown(expr, known, f"derived value {name!r} =")
+            out.append((name, expr))
+            known.add(name)
+        return out
+
+    def _compile_constraints(self) -> list[Expr]:
+        known = set(self.names) | set(self.constants) | set(self.derived)
+        out = []
+        for source in self.constraints:
+            expr = Expr(source)
+            self._unknown(expr, known, "constraint")
+            out.append(expr)
+        return out
+
+    def _check_satisfiable(self) -> None:
+        if not self._constraint_exprs:
+            return
+        if self._enumerable():
+            if not self._valid_list():
+                raise SpaceError(
+                    f"no configuration of the {self._product_size()} in the grid satisfies the "
+                    f"constraints {self.constraints}",
+                    hint="relax a constraint or widen a parameter's range",
+                )
+        else:
+            self.sample(1, seed=0)  # raises SpaceError when nothing valid is found
+
+    # -- basic facts ---------------------------------------------------------------------------
+    def __repr__(self) -> str:
+        parts = ", ".join(repr(p) for p in self.parameters)
+        return f"Space([{parts}], constants={self.constants}, derived={self.derived}, " \
+               f"constraints={self.constraints})"
+
+    def __len__(self) -> int:
+        return self.size()
+
+    def __getitem__(self, name: str) -> Parameter:
+        try:
+            return self._by_name[name]
+        except KeyError:
+            raise SpaceError(f"no parameter {name!r}",
+                             hint=f"parameters: {', '.join(self.names)}") from None
+
+    @property
+    def is_discrete(self) -> bool:
+        """True when every parameter takes finitely many values."""
+        return all(p.is_discrete for p in self.parameters)
+
+    def _product_size(self) -> float:
+        if not self.is_discrete:
+            return math.inf
+        return math.prod(len(p.values()) for p in self.parameters)
+
+    def _enumerable(self) -> bool:
+        return self._product_size() <= ENUMERATE_LIMIT
+
+    # -- configurations ------------------------------------------------------------------------
+    def _env(self, values: Mapping[str, Any]) -> dict[str, Any]:
+        env = dict(self.constants)
+        env.update(values)
+        for name, expr in self._derived_exprs:
+            env[name] = expr.evaluate(env)
+        return env
+
+    def _violated(self, env: Mapping[str, Any]) -> Expr | None:
+        for expr in self._constraint_exprs:
+            if not expr.evaluate(env):
+                return expr
+        return None
+
+    def project(self, config: Mapping[str, Any]) -> dict[str, Any]:
+        """The parameter values of ``config``, checked and normalised (ints stay ints, etc.).
+
+        Keys that are constants or derived values are dropped; any other unknown key is an error.
+
+        Raises:
+            SpaceError: On a missing or unknown key or a value the parameter does not allow.
+        """
+        if not isinstance(config, Mapping):
+            raise SpaceError(f"a configuration must be a dict, got {type(config).__name__}",
+                             hint="e.g. {'micro_batch': 4}")
+        extra = set(config) - set(self.names) - set(self.constants) - set(self.derived)
+        if extra:
+            raise SpaceError(f"configuration has unknown key(s) {sorted(extra)}",
+                             hint=f"parameters are {self.names}")
+        missing = [n for n in self.names if n not in config]
+        if missing:
+            raise SpaceError(f"configuration is missing parameter(s) {missing}",
+                             hint="give every parameter a value (space.sample(1) shows one)")
+        return {p.name: p.check(config[p.name]) for p in self.parameters}
+
+    def validate(self, config: Mapping[str, Any]) -> None:
+        """Raise :class:`SpaceError` saying why ``config`` is not in the space; else return None."""
+        values = self.project(config)
+        env = self._env(values)
+        bad = self._violated(env)
+        if bad is not None:
+            shown = ", ".join(f"{n}={env[n]!r}" for n in sorted(bad.names))
+            raise SpaceError(f"constraint {bad.source!r} is false for {shown}",
+                             hint="choose values that satisfy every constraint of the space")
+
+    def contains(self, config: Mapping[str, Any]) -> bool:
+        """Whether ``config`` is a valid configuration of this space."""
+        try:
+            self.validate(config)
+        except SpaceError:
+            return False
+        return True
+
+    def resolve(self, config: Mapping[str, Any]) -> dict[str, Any]:
+        """Parameters plus constants plus derived values: what a workload receives.
+
+        Example:
+            >>> Space([Int("a", 1, 4)], constants={"b": 10}, derived={"c": "a * b"}).resolve({"a": 2})
+            {'b': 10, 'a': 2, 'c': 20}
+        """
+        self.validate(config)
+        return self._env(self.project(config))
+
+    def key(self, config: Mapping[str, Any]) -> str:
+        """A canonical JSON string of the parameter values, for de-duplication and dict keys."""
+        return json.dumps(self.project(config), sort_keys=True)
+
+    def _valid_list(self) -> list[dict[str, Any]]:
+        if self._valid is None:
+            grids = [p.values() for p in self.parameters]
+            valid = []
+            for combo in itertools.product(*grids):
+                values = dict(zip(self.names, combo))
+                if not self._constraint_exprs or self._violated(self._env(values)) is None:
+                    valid.append(values)
+            self._valid = valid
+        return self._valid
+
+    def enumerate(self) -> list[dict[str, Any]]:
+        """Every valid configuration, in a deterministic (grid) order.
+
+        Raises:
+            SpaceError: If a parameter is continuous or the grid is larger than ENUMERATE_LIMIT.
+        """
+        if not self.is_discrete:
+            cont = [p.name for p in self.parameters if not p.is_discrete]
+            raise SpaceError(f"cannot enumerate: {cont} are continuous",
+                             hint="use space.sample(n) instead")
+        if not self._enumerable():
+            raise SpaceError(f"the grid has {self._product_size():,} points, more than the "
+                             f"{ENUMERATE_LIMIT:,} that are enumerated",
+                             hint="use space.sample(n) instead")
+        return [dict(c) for c in self._valid_list()]
+
+    def size(self) -> int:
+        """The number of valid configurations.
+
+        Raises:
+            SpaceError: If the space is continuous, or constrained and too large to count exactly.
+        """
+        if not self.is_discrete:
+            raise SpaceError("a space with Float parameters has infinitely many configurations",
+                             hint="use Ordinal or Int parameters to make it countable")
+        if self._enumerable():
+            return len(self._valid_list())
+        if not self._constraint_exprs:
+            return int(self._product_size())
+        raise SpaceError(f"the constrained grid has {self._product_size():,} points; too many "
+                         "to count exactly", hint="estimate with len(space.sample(n)) ratios")
+
+    def sample(self, n: int, seed: int | None = 0) -> list[dict[str, Any]]:
+        """``n`` distinct valid configurations drawn uniformly over the valid ones.
+
+        Args:
+            n: How many configurations.
+            seed: Seed of the random generator (None: fresh randomness).
+
+        Raises:
+            SpaceError: If ``n`` exceeds the number of valid configurations, or valid
+                configurations are too rare to find by rejection.
+        """
+        import random
+
+        if not isinstance(n, int) or n < 0:
+            raise SpaceError(f"sample(n={n!r}): n must be a non-negative int", hint="e.g. 8")
+        rng = random.Random(seed)
+        if self.is_discrete and self._enumerable():
+            valid = self._valid_list()
+            if n > len(valid):
+                raise SpaceError(f"cannot draw {n} distinct configurations: the space has "
+                                 f"{len(valid)}", hint="use space.enumerate() to get them all")
+            return [dict(valid[i]) for i in rng.sample(range(len(valid)), n)]
+        out: dict[str, dict[str, Any]] = {}
+        tries, max_tries = 0, max(10_000, 1_000 * n)
+        while len(out) < n:
+            if tries >= max_tries:
+                raise SpaceError(
+                    f"found only {len(out)} of {n} valid configurations in {tries:,} random draws",
+                    hint="the constraints exclude almost everything; relax them or narrow the ranges",
+                )
+            tries += 1
+            values = {p.name: p.draw(rng) for p in self.parameters}
+            if self._violated(self._env(values)) is None:
+                out.setdefault(json.dumps(values, sort_keys=True), values)
+        return list(out.values())
+
+    # -- encoding ------------------------------------------------------------------------------
+    @property
+    def encoded_names(self) -> list[str]:
+        """One name per encoded column (Choice parameters take one column per value)."""
+        return [name for p in self.parameters for name in p.encoded_names()]
+
+    def encoded_bounds(self) -> np.ndarray:
+        """Lower and upper bound of each encoded column, shape (2, d), float64."""
+        import numpy as np
+
+        pairs = [b for p in self.parameters for b in p.encoded_bounds()]
+        return np.array(pairs, dtype=np.float64).T.copy()
+
+    def encode_array(self, configs: Iterable[Mapping[str, Any]]) -> np.ndarray:
+        """Encode configurations as a float64 array of shape (n, d) without importing torch."""
+        import numpy as np
+
+        rows = []
+        for cfg in configs:
+            values = self.project(cfg)
+            rows.append([x for p in self.parameters for x in p.encode(values[p.name])])
+        return np.array(rows, dtype=np.float64).reshape(len(rows), len(self.encoded_names))
+
+    def encode(self, configs: Iterable[Mapping[str, Any]]) -> torch.Tensor:
+        """Encode configurations as a float64 tensor of shape (n, d) for a GP.
+
+        Int: value (log(value) if ``log``); PowerOfTwo: log2(value); Ordinal: index; Bool: 0/1;
+        Float: value (or log); Choice: one-hot columns.
+        """
+        import torch
+
+        return torch.from_numpy(self.encode_array(configs))
+
+    def decode(self, X: Any) -> list[dict[str, Any]]:
+        """Nearest parameter values for each row of ``X`` (array or tensor of shape (n, d)).
+
+        Each parameter is rounded to its nearest allowed value independently; constraints are not
+        enforced (check with :meth:`contains`).
+        """
+        import numpy as np
+
+        arr = np.asarray(X.detach().cpu().numpy() if hasattr(X, "detach") else X, dtype=np.float64)
+        if arr.ndim != 2 or arr.shape[1] != len(self.encoded_names):
+            raise SpaceError(f"decode expects shape (n, {len(self.encoded_names)}), got {arr.shape}",
+                             hint=f"columns: {self.encoded_names}")
+        out = []
+        for row in arr:
+            cfg, col = {}, 0
+            for p in self.parameters:
+                width = len(p.encoded_names())
+                cfg[p.name] = p.decode(row[col:col + width])
+                col += width
+            out.append(cfg)
+        return out
+
+    # -- serialisation -------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON/YAML-ready description of the space."""
+        return {"parameters": [p.to_dict() for p in self.parameters],
+                "constants": dict(self.constants), "derived": dict(self.derived),
+                "constraints": list(self.constraints)}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Space:
+        """Build a space from :meth:`to_dict` output (or a hand-written YAML/JSON file)."""
+        if not isinstance(data, Mapping) or "parameters" not in data:
+            raise SpaceError("a space description needs a 'parameters' list",
+                             hint="see Space.to_dict() for the format")
+        extra = set(data) - {"parameters", "constants", "derived", "constraints"}
+        if extra:
+            raise SpaceError(f"unknown key(s) {sorted(extra)} in the space description",
+                             hint="allowed: parameters, constants, derived, constraints")
+        return cls([param_from_dict(d) for d in data["parameters"]],
+                   constants=data.get("constants"), derived=data.get("derived"),
+                   constraints=data.get("constraints"))
+
+    def to_json(self, path: str | os.PathLike[str]) -> None:
+        """Write the space as JSON."""
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(self.to_dict(), f, indent=2)
+
+    @classmethod
+    def from_json(cls, path: str | os.PathLike[str]) -> Space:
+        """Read a space written by :meth:`to_json`."""
+        with open(path, encoding="utf-8") as f:
+            try:
+                data = json.load(f)
+            except json.JSONDecodeError as err:
+                raise SpaceError(f"{path}: not valid JSON ({err})", hint="fix the file") from None
+        return cls.from_dict(data)
+
+    def to_yaml(self, path: str | os.PathLike[str]) -> None:
+        """Write the space as YAML."""
+        import yaml
+
+        with open(path, "w", encoding="utf-8") as f:
+            yaml.safe_dump(self.to_dict(), f, sort_keys=False)
+
+    @classmethod
+    def from_yaml(cls, path: str | os.PathLike[str]) -> Space:
+        """Read a space from YAML (safe loader only)."""
+        import yaml
+
+        with open(path, encoding="utf-8") as f:
+            try:
+                data = yaml.safe_load(f)
+            except yaml.YAMLError as err:
+                raise SpaceError(f"{path}: not valid YAML ({err})", hint="fix the file") from None
+        return cls.from_dict(data)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Space) and self.to_dict() == other.to_dict()
+
+    __hash__ = None  # type: ignore[assignment]
