@@ -21,8 +21,8 @@ the GP posterior mean and standard deviation of ``log(y)`` at a configuration,
 With ``log_objective=False`` the same holds on the raw scale: ``mean = mu``, ``std = s``,
 ``point_estimate == "mean"``, interval ``mu -/+ z * sqrt(s^2 + noise_var)``.
 
-Observation noise: without ``noise`` the GP infers one homoscedastic noise level. With ``noise`` (the
-relative spread of each measurement, e.g. 0.02 for +/-2 %; in log space a relative spread is
+Observation noise: without ``noise`` the GP infers one homoscedastic noise level. With ``noise``
+(the relative spread of each measurement, e.g. 0.02 for +/-2 %; in log space a relative spread is
 approximately the standard deviation of ``log(y)``), the model uses it as fixed per-trial noise
 ``train_Yvar = max(noise^2, NOISE_FLOOR_LOG_VAR, STANDARDISED_NOISE_FLOOR * var(log y))``, and a new
 measurement's noise variance is taken as the median of the training ``train_Yvar``.
@@ -68,7 +68,7 @@ def _as_float_array(name: str, values: Any, n: int | None = None) -> np.ndarray:
         arr = np.asarray(values, dtype=np.float64)
     except (TypeError, ValueError):
         raise PredictorError(f"{name} must be a sequence of numbers, got {values!r:.80}",
-                             hint=f"pass a list of floats, one per configuration") from None
+                             hint="pass a list of floats, one per configuration") from None
     if arr.ndim != 1:
         raise PredictorError(f"{name} must be one-dimensional, got shape {arr.shape}",
                              hint="pass one number per configuration")
@@ -128,22 +128,23 @@ class GPPredictor:
                                      hint=err.hint or "pass configurations of this space") from None
         if not configs:
             raise PredictorError(f"{what} is empty", hint="pass at least one configuration")
-        return self.space.encode(configs).to(dtype=_float64())
+        return self.space.encode(configs)
 
     def _to_model_units(self, y: np.ndarray) -> np.ndarray:
         bad = ~np.isfinite(y)
         if bad.any():
             i = int(np.argmax(bad))
-            raise PredictorError(f"values[{i}] = {y[i]!r} is not finite ({int(bad.sum())} of "
-                                 f"{len(y)} values are NaN or inf)",
+            raise PredictorError(f"values[{i}] = {float(y[i])!r} is not finite "
+                                 f"({int(bad.sum())} of {len(y)} values are NaN or inf)",
                                  hint="drop failed trials; tell only measured, finite values")
         if self.log_objective:
             bad = y <= 0
             if bad.any():
                 i = int(np.argmax(bad))
                 raise PredictorError(
-                    f"values[{i}] = {y[i]!r} is not positive, but {self.objective!r} is modelled "
-                    "on a log scale", hint="pass log_objective=False for objectives that can be <= 0")
+                    f"values[{i}] = {float(y[i])!r} is not positive, but {self.objective!r} is "
+                    "modelled on a log scale",
+                    hint="pass log_objective=False for objectives that can be <= 0")
             return np.log(y)
         return y
 
@@ -189,8 +190,8 @@ class GPPredictor:
             rel = _as_float_array("noise", noise, len(configs))
             if not np.all(np.isfinite(rel)) or (rel < 0).any():
                 i = int(np.argmax(~np.isfinite(rel) | (rel < 0)))
-                raise PredictorError(f"noise[{i}] = {rel[i]!r} is not a finite number >= 0",
-                                     hint="noise is the relative spread of a measurement, e.g. 0.02")
+                raise PredictorError(f"noise[{i}] = {float(rel[i])!r} is not a finite number >= 0",
+                                     hint="noise is a measurement's relative spread, e.g. 0.02")
             var = rel**2 if self.log_objective else (rel * np.abs(y)) ** 2
             floor = max(NOISE_FLOOR_LOG_VAR if self.log_objective else 0.0,
                         STANDARDISED_NOISE_FLOOR * float(np.var(y_model)), 1e-12)
@@ -289,8 +290,3 @@ class GPPredictor:
         about its relative spread), or NaN before :meth:`fit`."""
         return math.sqrt(self._new_noise_var) if self.model is not None else math.nan
 
-
-def _float64() -> Any:
-    import torch
-
-    return torch.float64

@@ -1,0 +1,276 @@
+"""The ask/tell interface every searcher shares, and the bookkeeping behind it.
+
+A :class:`Searcher` proposes configurations (:meth:`~Searcher.ask`) and learns what happened to them
+(:meth:`~Searcher.tell`), like Optuna's ``study.ask``/``study.tell`` or Ax's ``get_next_trials`` /
+``complete_trial``. This base class owns everything that does not depend on the strategy:
+
+* the **pool** of proposable configurations: ``candidates`` if given; else every valid
+  configuration (``space.enumerate()``) when ``space.size() <= ENUMERATE_POOL_LIMIT``; else a
+  seeded sample of ``num_candidates`` valid configurations, redrawn at each ask;
+* what was **told** (never proposed again, failures included; telling the same configuration twice
+  keeps both observations), what is **pending** (asked, not yet told: never proposed twice), and
+  the **enqueued** configurations that the next asks return first (e.g. a user's default);
+* input checks with messages that name the bad value, the :attr:`~Searcher.history` and
+  :meth:`~Searcher.best`.
+
+A subclass implements only ``_propose(n, pool, rng)``: pick up to ``n`` of the untried ``pool``.
+The ``rng`` is seeded from ``(seed, n_told)``, so a searcher told the same history proposes the same
+configurations (a resumed campaign continues as if it had never stopped).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..errors import SearchError, SpaceError
+
+if TYPE_CHECKING:
+    from ..space import Space
+
+__all__ = ["DIRECTIONS", "ENUMERATE_POOL_LIMIT", "STATUSES", "Searcher"]
+
+#: Trial outcomes a searcher understands; only "ok" carries an objective value.
+STATUSES = ("ok", "oom", "failed", "timeout")
+#: Optimisation directions.
+DIRECTIONS = ("maximize", "minimize")
+#: Spaces with at most this many valid configurations are searched exhaustively.
+ENUMERATE_POOL_LIMIT = 100_000
+
+
+class Searcher:
+    """Ask/tell search over a :class:`~cubicml_lab.space.Space` (base class).
+
+    Args:
+        space: The configurations to search.
+        objective: Name of the metric in the dicts passed to :meth:`tell`, e.g. "throughput".
+        direction: "maximize" or "minimize".
+        candidates: Optional explicit pool of configurations (each must be in ``space``;
+            duplicates are dropped). Default: the whole space or a sample of it (module doc).
+        seed: Seed of every random choice.
+        num_candidates: Size of the sampled pool for spaces too large to enumerate.
+
+    Raises:
+        SearchError: On a bad direction, an empty pool or a candidate outside the space.
+
+    Example:
+        >>> from cubicml_lab.space import Space, Int
+        >>> from cubicml_lab.search import RandomSearch
+        >>> s = RandomSearch(Space([Int("micro_batch", 1, 8)]), seed=0)
+        >>> [cfg] = s.ask()
+        >>> s.tell(cfg, {"throughput": 100.0 * cfg["micro_batch"]})
+        >>> s.best()[1] == 100.0 * cfg["micro_batch"]
+        True
+    """
+
+    #: Whether ok values must be > 0 (searchers that model log(objective) set this).
+    requires_positive: bool = False
+
+    def __init__(self, space: Space, objective: str = "throughput", direction: str = "maximize",
+                 candidates: Sequence[dict] | None = None, seed: int = 0, *,
+                 num_candidates: int = 5000) -> None:
+        if direction not in DIRECTIONS:
+            raise SearchError(f"direction = {direction!r} is not one of {list(DIRECTIONS)}",
+                              hint="use 'maximize' for throughput, 'minimize' for step time")
+        if not isinstance(objective, str) or not objective:
+            raise SearchError(f"objective = {objective!r} must be a metric name",
+                              hint="e.g. 'throughput' or 'tokens_per_s'")
+        if not isinstance(num_candidates, int) or num_candidates < 1:
+            raise SearchError(f"num_candidates = {num_candidates!r} must be an int >= 1",
+                              hint="e.g. 5000")
+        self.space = space
+        self.objective = objective
+        self.direction = direction
+        self.seed = int(seed)
+        self.num_candidates = num_candidates
+        self._history: list[dict[str, Any]] = []
+        self._told: set[str] = set()
+        self._pending: dict[str, dict] = {}
+        self._queue: list[tuple[str, dict]] = []
+        self._candidates: list[tuple[str, dict]] | None = None
+        self._fixed_pool: list[tuple[str, dict]] | None = None
+        if candidates is not None:
+            if isinstance(candidates, Mapping):
+                raise SearchError("candidates must be a list of configuration dicts, got one dict",
+                                  hint="wrap it in a list: [config]")
+            pool: dict[str, dict] = {}
+            for i, cfg in enumerate(candidates):
+                key = self._key(cfg, f"candidates[{i}]")
+                if key not in pool:
+                    pool[key] = self.space.project(cfg)
+            if not pool:
+                raise SearchError("candidates is empty", hint="pass configurations, or None")
+            self._candidates = list(pool.items())
+
+    # -- bookkeeping ----------------------------------------------------------------------------
+    def _key(self, config: Any, where: str) -> str:
+        try:
+            self.space.validate(config)
+            return self.space.key(config)
+        except SpaceError as err:
+            raise SearchError(f"{where} = {config!r} is not in the space: {err.message}",
+                              hint=err.hint or "pass a configuration of this space") from None
+
+    @property
+    def n_told(self) -> int:
+        """Number of tell() calls so far (all statuses)."""
+        return len(self._history)
+
+    @property
+    def history(self) -> list[dict[str, Any]]:
+        """Every told trial in order: ``{"config", "status", "value"}`` (value None unless ok)."""
+        return [{"config": dict(h["config"]), "status": h["status"], "value": h["value"]}
+                for h in self._history]
+
+    @property
+    def pending(self) -> list[dict]:
+        """Configurations asked but not yet told."""
+        return [dict(c) for c in self._pending.values()]
+
+    def _ok(self) -> tuple[list[dict], np.ndarray]:
+        """Configurations and values of the ok observations, in tell order."""
+        ok = [h for h in self._history if h["status"] == "ok"]
+        return [h["config"] for h in ok], np.array([h["value"] for h in ok], dtype=np.float64)
+
+    def _rng(self) -> np.random.Generator:
+        return np.random.default_rng([self.seed, self.n_told])
+
+    def _pool(self) -> list[tuple[str, dict]]:
+        """``(key, config)`` of all proposable configurations for this ask (told and pending not
+        yet removed)."""
+        if self._candidates is not None:
+            return self._candidates
+        if self._fixed_pool is None:
+            try:
+                size = self.space.size()
+            except SpaceError:
+                size = math.inf
+            if size <= ENUMERATE_POOL_LIMIT:
+                self._fixed_pool = [(self.space.key(c), c) for c in self.space.enumerate()]
+        if self._fixed_pool is not None:
+            return self._fixed_pool
+        seed = int(np.random.default_rng([self.seed, self.n_told, 1]).integers(2**31))
+        try:
+            sample = self.space.sample(self.num_candidates, seed=seed)
+        except SpaceError as err:
+            raise SearchError(f"cannot draw a pool of {self.num_candidates} candidates: "
+                              f"{err.message}", hint=err.hint or "pass candidates=[...]") from None
+        return [(self.space.key(c), c) for c in sample]
+
+    # -- the interface --------------------------------------------------------------------------
+    def ask(self, n: int = 1) -> list[dict]:
+        """Propose up to ``n`` distinct configurations to measure next.
+
+        Enqueued configurations come first. A proposal is never one already told or still
+        pending; fewer than ``n`` come back only when the pool runs out.
+
+        Raises:
+            SearchError: If ``n`` is not a positive int, or nothing is left to propose.
+        """
+        if not isinstance(n, (int, np.integer)) or isinstance(n, bool) or n < 1:
+            raise SearchError(f"ask(n={n!r}): n must be an int >= 1", hint="e.g. ask(4)")
+        out: list[dict] = []
+        while self._queue and len(out) < n:
+            key, cfg = self._queue.pop(0)
+            if key not in self._told and key not in self._pending:
+                self._pending[key] = cfg
+                out.append(dict(cfg))
+        if len(out) < n:
+            pool = self._pool()
+            untried = [c for k, c in pool if k not in self._told and k not in self._pending]
+            if not untried and not out:
+                raise SearchError(
+                    f"nothing left to propose: all {len(pool)} configurations of the pool have "
+                    f"been tried or are pending ({len(self._told)} distinct told, "
+                    f"{len(self._pending)} pending)",
+                    hint="widen the space or pass more candidates")
+            if untried:
+                for cfg in self._propose(n - len(out), untried, self._rng()):
+                    self._pending[self.space.key(cfg)] = dict(cfg)
+                    out.append(dict(cfg))
+        return out
+
+    def _propose(self, n: int, pool: list[dict], rng: np.random.Generator) -> list[dict]:
+        """Pick ``min(n, len(pool))`` distinct configurations of the untried ``pool``."""
+        raise NotImplementedError
+
+    def tell(self, config: dict, values: Mapping[str, float] | None, status: str = "ok") -> None:
+        """Report a trial's outcome.
+
+        Args:
+            config: The measured configuration (any configuration of the space).
+            values: Metrics of the trial; with status "ok" ``values[objective]`` must be finite
+                (and > 0 for searchers that model the log objective). May be None otherwise.
+            status: One of "ok", "oom", "failed", "timeout".
+
+        Raises:
+            SearchError: On an unknown status, a configuration outside the space, or an ok trial
+                without a usable objective value.
+        """
+        if status not in STATUSES:
+            raise SearchError(f"status = {status!r} is not one of {list(STATUSES)}",
+                              hint="report a crash as 'failed', out-of-memory as 'oom'")
+        key = self._key(config, "config")
+        value: float | None = None
+        if status == "ok":
+            if not isinstance(values, Mapping) or self.objective not in values:
+                got = sorted(values) if isinstance(values, Mapping) else values
+                raise SearchError(f"an ok trial needs values[{self.objective!r}]; got {got!r}",
+                                  hint=f"tell(config, {{{self.objective!r}: 1234.5}}), or pass "
+                                       "status='failed' for a trial without a measurement")
+            try:
+                value = float(values[self.objective])
+            except (TypeError, ValueError):
+                value = math.nan
+            if not math.isfinite(value):
+                raise SearchError(f"values[{self.objective!r}] = {values[self.objective]!r} is not "
+                                  "a finite number", hint="tell a trial without a measurement "
+                                  "as status='failed'")
+            if self.requires_positive and value <= 0:
+                raise SearchError(f"values[{self.objective!r}] = {value!r} is not positive, but "
+                                  f"{type(self).__name__} models log({self.objective})",
+                                  hint="pass log_objective=False for objectives that can be <= 0")
+        elif values is not None and not isinstance(values, Mapping):
+            raise SearchError(f"values = {values!r} must be a dict or None",
+                              hint="e.g. tell(config, None, status='oom')")
+        self._pending.pop(key, None)
+        self._queue = [(k, c) for k, c in self._queue if k != key]
+        self._told.add(key)
+        self._history.append({"config": self.space.project(config), "status": status,
+                              "value": value})
+
+    def enqueue(self, config: dict) -> None:
+        """Have the next ask return ``config`` first (before any proposal), like Optuna's
+        ``enqueue_trial``; e.g. the user's default configuration.
+
+        A configuration already told, pending or enqueued is not queued again (so a resumed
+        campaign may enqueue its default every time it starts). It need not be in ``candidates``.
+
+        Raises:
+            SearchError: If ``config`` is not in the space.
+        """
+        key = self._key(config, "config")
+        if key in self._told or key in self._pending or any(k == key for k, _ in self._queue):
+            return
+        self._queue.append((key, self.space.project(config)))
+
+    def best(self) -> tuple[dict, float]:
+        """The best ok observation by direction: ``(config, value)`` (the first one on ties).
+
+        Raises:
+            SearchError: If no trial has been told with status "ok".
+        """
+        configs, values = self._ok()
+        if not configs:
+            n_bad = len(self._history)
+            raise SearchError(f"no ok trial yet ({n_bad} told, none ok)",
+                              hint="tell a measured trial with status='ok' first")
+        i = int(np.argmax(values) if self.direction == "maximize" else np.argmin(values))
+        return dict(configs[i]), float(values[i])
+
+    def __repr__(self) -> str:
+        return (f"{type(self).__name__}(objective={self.objective!r}, direction="
+                f"{self.direction!r}, n_told={self.n_told}, pending={len(self._pending)})")

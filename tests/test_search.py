@@ -1,0 +1,297 @@
+"""Tests of cubicml_lab.search: ask/tell bookkeeping, RandomSearch, BayesianSearch (real fits)."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from cubicml_lab.errors import SearchError
+from cubicml_lab.search import BayesianSearch, RandomSearch, Searcher
+from cubicml_lab.space import Bool, Float, Int, PowerOfTwo, Space
+
+SEARCHERS = [RandomSearch, BayesianSearch]
+
+
+def make_space() -> Space:
+    """10 * 5 * 2 = 100 configurations."""
+    return Space([Int("layers", 1, 10), PowerOfTwo("micro_batch", 1, 16), Bool("compile")])
+
+
+def throughput(cfg: dict) -> float:
+    """A smooth, made-up surface in samples/s with a single best configuration."""
+    mb = math.log2(cfg["micro_batch"])
+    return 1e4 * math.exp(-((cfg["layers"] - 6.6) / 3.5) ** 2 - ((mb - 2.7) / 2.0) ** 2) \
+        * (1.25 if cfg["compile"] else 1.0)
+
+
+@pytest.fixture(scope="module")
+def space() -> Space:
+    return make_space()
+
+
+def run(searcher: Searcher, steps: int, fn=throughput, batch: int = 1) -> None:
+    for _ in range(steps):
+        for cfg in searcher.ask(batch):
+            searcher.tell(cfg, {searcher.objective: fn(cfg)})
+
+
+def keys(space: Space, cfgs: list[dict]) -> set[str]:
+    return {space.key(c) for c in cfgs}
+
+
+# -- the ask/tell contract, for every searcher --------------------------------------------------
+@pytest.mark.parametrize("cls", SEARCHERS)
+def test_ask_returns_distinct_valid_configs(cls, space):
+    s = cls(space, seed=1)
+    batch = s.ask(7)
+    assert len(batch) == 7 and len(keys(space, batch)) == 7
+    assert all(space.contains(c) for c in batch)
+    assert len(s.pending) == 7
+
+
+@pytest.mark.parametrize("cls", SEARCHERS)
+def test_pending_configs_are_not_proposed_twice(cls, space):
+    s = cls(space, seed=2)
+    first, second = s.ask(5), s.ask(5)
+    assert not keys(space, first) & keys(space, second)
+    s.tell(first[0], {"throughput": throughput(first[0])})
+    assert len(s.pending) == 9 and s.n_told == 1
+
+
+@pytest.mark.parametrize("cls", SEARCHERS)
+def test_told_failures_are_never_proposed_again(cls, space):
+    s = cls(space, seed=3)
+    everything = space.enumerate()
+    left = everything[10], everything[55], everything[99]
+    for cfg in everything:
+        if cfg not in left:
+            s.tell(cfg, None, status="oom" if cfg["layers"] % 2 else "failed")
+    proposed = s.ask(10)
+    assert keys(space, proposed) == keys(space, list(left))  # fewer than asked: the pool ran out
+    with pytest.raises(SearchError, match="all 100 configurations"):
+        s.ask()
+
+
+def test_bayesian_search_never_reproposes_failures_in_the_bo_phase(space):
+    s = BayesianSearch(space, seed=4, n_init=4)
+    failed: set[str] = set()
+    for _ in range(10):
+        for cfg in s.ask(2):
+            assert space.key(cfg) not in failed
+            if cfg["micro_batch"] == 16:
+                s.tell(cfg, None, status="oom")
+                failed.add(space.key(cfg))
+            else:
+                s.tell(cfg, {"throughput": throughput(cfg)})
+    assert s.last_ask_info["phase"] == "bo"
+    assert len(keys(space, [h["config"] for h in s.history])) == 20
+
+
+@pytest.mark.parametrize("cls", SEARCHERS)
+def test_enqueued_config_comes_first(cls, space):
+    s = cls(space, seed=5)
+    default = {"layers": 3, "micro_batch": 2, "compile": False}
+    s.enqueue(default)
+    s.enqueue(default)  # queued once
+    batch = s.ask(3)
+    assert batch[0] == default and len(keys(space, batch)) == 3
+    s.tell(default, {"throughput": 5.0})
+    s.enqueue(default)  # already told: not queued again
+    assert space.key(default) not in keys(space, s.ask(4))
+    with pytest.raises(SearchError, match="'micro_batch': 3.*not in the space"):
+        s.enqueue({"layers": 3, "micro_batch": 3, "compile": False})
+
+
+@pytest.mark.parametrize("direction", ["maximize", "minimize"])
+def test_best_respects_direction(space, direction):
+    s = RandomSearch(space, objective="step_time_s", direction=direction)
+    with pytest.raises(SearchError, match="no ok trial"):
+        s.best()
+    cfgs = space.enumerate()[:4]
+    for cfg, v in zip(cfgs, [0.5, 0.2, 0.9, 0.4]):
+        s.tell(cfg, {"step_time_s": v, "other": 1.0})
+    s.tell(cfgs[3], None, status="timeout")
+    config, value = s.best()
+    expected = 2 if direction == "maximize" else 1
+    assert (config, value) == (cfgs[expected], [0.5, 0.2, 0.9, 0.4][expected])
+
+
+def test_history_keeps_every_observation(space):
+    s = RandomSearch(space)
+    cfg = space.enumerate()[7]
+    s.tell(cfg, {"throughput": 10.0})
+    s.tell(cfg, {"throughput": 12.0})
+    s.tell(space.enumerate()[8], None, status="oom")
+    assert [(h["status"], h["value"]) for h in s.history] == [("ok", 10.0), ("ok", 12.0),
+                                                             ("oom", None)]
+    assert s.n_told == 3 and s.best()[1] == 12.0
+    assert space.key(cfg) not in keys(space, s.ask(98))
+
+
+def test_random_search_is_deterministic_given_seed_and_history(space):
+    a, b, c = RandomSearch(space, seed=7), RandomSearch(space, seed=7), RandomSearch(space, seed=8)
+    assert a.ask(5) == b.ask(5) != c.ask(5)
+
+
+def test_explicit_candidates_bound_the_pool(space):
+    pool = space.enumerate()[::10]
+    s = BayesianSearch(space, candidates=pool + pool[:2], seed=0, n_init=3)
+    seen = []
+    for _ in range(5):
+        batch = s.ask(2)
+        seen += batch
+        for cfg in batch:
+            s.tell(cfg, {"throughput": throughput(cfg)})
+    assert keys(space, seen) == keys(space, pool)
+    with pytest.raises(SearchError, match="all 10 configurations"):
+        s.ask()
+
+
+def test_a_space_too_large_to_enumerate_uses_a_sampled_pool():
+    space = Space([Float("lr", 1e-4, 1e-1, log=True), PowerOfTwo("micro_batch", 1, 64)])
+    s = RandomSearch(space, seed=0, num_candidates=50)
+    batch = s.ask(5)
+    assert len(keys(space, batch)) == 5 and all(space.contains(c) for c in batch)
+
+
+# -- Bayesian optimisation ------------------------------------------------------------------------
+def trials_to_top(searcher: Searcher, top: dict, budget: int) -> int:
+    for i in range(1, budget + 1):
+        [cfg] = searcher.ask()
+        searcher.tell(cfg, {"throughput": throughput(cfg)})
+        if cfg == top:
+            return i
+    return budget + 1
+
+
+@pytest.mark.slow
+def test_bayesian_search_finds_the_optimum_faster_than_random(space):
+    top = max(space.enumerate(), key=throughput)
+    bo = [trials_to_top(BayesianSearch(space, seed=s), top, budget=35) for s in range(5)]
+    rnd = [trials_to_top(RandomSearch(space, seed=s), top, budget=100) for s in range(5)]
+    assert np.median(bo) < np.median(rnd)
+    assert np.median(bo) <= 25  # random needs about 50 on average
+
+
+@pytest.mark.slow
+def test_bayesian_search_minimises(space):
+    def step_time_s(cfg: dict) -> float:
+        return 64.0 / throughput(cfg)
+
+    s = BayesianSearch(space, objective="step_time_s", direction="minimize", seed=1)
+    run(s, 20, fn=step_time_s)
+    best = min(step_time_s(c) for c in space.enumerate())
+    assert s.best()[1] == pytest.approx(best)
+
+
+def test_the_initial_design_spreads_out_then_bo_takes_over(space):
+    s = BayesianSearch(space, seed=0, n_init=4)
+    first = s.ask(4)
+    assert s.last_ask_info["phase"] == "initial"
+    lo, hi = space.encoded_bounds()
+    X = (space.encode_array(first) - lo) / (hi - lo)
+    d = np.sqrt(((X[:, None] - X[None]) ** 2).sum(-1))[np.triu_indices(4, 1)]
+    assert d.min() > 0.5  # maximin: no two initial points are near each other
+    for cfg in first:
+        s.tell(cfg, {"throughput": throughput(cfg)})
+    batch = s.ask(3)
+    info = s.last_ask_info
+    assert info["phase"] == "bo" and info["n_ok"] == 4 and info["n_pool"] == 96
+    assert len(info["acquisition"]) == 3 and info["max_acquisition"] == info["acquisition"][0]
+    assert info["fit_s"] > 0 and info["ask_s"] >= info["fit_s"]
+    assert len(keys(space, batch)) == 3 and s.predictor is not None
+
+
+def test_identical_values_fall_back_to_space_filling(space):
+    s = BayesianSearch(space, seed=0, n_init=3)
+    for cfg in s.ask(3):
+        s.tell(cfg, {"throughput": 100.0})
+    batch = s.ask(2)
+    assert s.last_ask_info["phase"] == "fallback"
+    assert "identical" in s.last_ask_info["reason"]
+    assert len(keys(space, batch)) == 2
+
+
+def replay(searcher: Searcher, history: list[dict]) -> Searcher:
+    for h in history:
+        values = None if h["value"] is None else {searcher.objective: h["value"]}
+        searcher.tell(h["config"], values, status=h["status"])
+    return searcher
+
+
+@pytest.mark.parametrize("cls", SEARCHERS)
+def test_a_resumed_search_proposes_what_the_original_would(cls, space):
+    original = cls(space, seed=11, n_init=4) if cls is BayesianSearch else cls(space, seed=11)
+    for _ in range(4):
+        batch = original.ask(3)
+        original.tell(batch[0], None, status="oom")
+        for cfg in batch[1:]:
+            original.tell(cfg, {"throughput": throughput(cfg)})
+    history = original.history
+    expected = original.ask(3)
+    info = dict(getattr(original, "last_ask_info", {}))
+    fresh = cls(space, seed=11, n_init=4) if cls is BayesianSearch else cls(space, seed=11)
+    resumed = replay(fresh, history)
+    assert resumed.ask(3) == expected
+    if cls is BayesianSearch:  # the same seeded MC samples give the same acquisition values
+        assert info["phase"] == "bo"
+        assert resumed.last_ask_info["acquisition"] == info["acquisition"]
+
+
+# -- bad input ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("cls", SEARCHERS)
+def test_bad_input_is_refused_with_a_reason(cls, space):
+    cfg = space.enumerate()[0]
+    with pytest.raises(SearchError, match="direction = 'max' is not one of"):
+        cls(space, direction="max")
+    with pytest.raises(SearchError, match=r"candidates\[1\].*'layers': 11"):
+        cls(space, candidates=[cfg, {**cfg, "layers": 11}])
+    s = cls(space)
+    with pytest.raises(SearchError, match="status = 'crashed'.*'ok', 'oom', 'failed', 'timeout'"):
+        s.tell(cfg, None, status="crashed")
+    with pytest.raises(SearchError, match=r"needs values\['throughput'\]; got \['tokens_per_s'\]"):
+        s.tell(cfg, {"tokens_per_s": 3.0})
+    with pytest.raises(SearchError, match=r"needs values\['throughput'\]"):
+        s.tell(cfg, None)
+    with pytest.raises(SearchError, match="= nan is not a finite number"):
+        s.tell(cfg, {"throughput": float("nan")})
+    with pytest.raises(SearchError, match="ask\\(n=0\\)"):
+        s.ask(0)
+    with pytest.raises(SearchError, match="not in the space"):
+        s.tell({**cfg, "micro_batch": 5}, {"throughput": 1.0})
+    assert s.n_told == 0  # nothing half-recorded
+
+
+def test_log_model_needs_positive_values(space):
+    cfg = space.enumerate()[0]
+    with pytest.raises(SearchError, match="-1.0 is not positive.*log\\(throughput\\)"):
+        BayesianSearch(space).tell(cfg, {"throughput": -1.0})
+    BayesianSearch(space, log_objective=False).tell(cfg, {"throughput": -1.0})
+    RandomSearch(space).tell(cfg, {"throughput": -1.0})
+
+
+def test_importing_search_does_not_import_torch():
+    code = ("import sys, cubicml_lab.search, cubicml_lab.surrogate; "
+            "assert 'torch' not in sys.modules, 'torch was imported'")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.mark.parametrize("cls", SEARCHERS)
+def test_a_constrained_space_is_searched_to_exhaustion(cls, tiny_space):
+    s = cls(tiny_space, seed=0)
+    seen = []
+    for _ in range(5):
+        batch = s.ask(4)
+        seen += batch
+        for cfg in batch:
+            s.tell(cfg, {"throughput": 100.0 * cfg["tp"] + 10.0 * cfg["pp"]
+                         + (5.0 if cfg["recompute"] == "none" else 1.0)})
+    assert keys(tiny_space, seen) == keys(tiny_space, tiny_space.enumerate())
+    assert all(c["tp"] * c["pp"] <= 8 for c in seen)
+    assert s.best()[1] == 815.0
+    with pytest.raises(SearchError, match="all 20 configurations"):
+        s.ask()

@@ -1,0 +1,266 @@
+"""Tests of cubicml_lab.surrogate: GPPredictor (real BoTorch fits) and the predictor metrics."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from cubicml_lab.errors import PredictorError
+from cubicml_lab.space import Choice, Int, PowerOfTwo, Space
+from cubicml_lab.surrogate import (
+    GPPredictor,
+    cross_val_predict,
+    evaluate_predictor,
+    interval_coverage,
+    kendall_tau,
+    mape,
+    spearman,
+)
+
+
+def make_space() -> Space:
+    return Space([Int("layers", 1, 12), PowerOfTwo("micro_batch", 1, 64),
+                  Choice("recompute", ["none", "selective", "full"])])
+
+
+def throughput(cfg: dict) -> float:
+    """A smooth, made-up throughput surface in samples/s, about 1e4."""
+    mb = math.log2(cfg["micro_batch"])
+    penalty = {"none": 1.0, "selective": 0.9, "full": 0.7}[cfg["recompute"]]
+    return 1e4 * penalty * (1.0 + 0.5 * math.tanh(mb - 2.5)) * math.exp(-0.06 * cfg["layers"])
+
+
+@pytest.fixture(scope="module")
+def space() -> Space:
+    return make_space()
+
+
+@pytest.fixture(scope="module")
+def split(space: Space) -> tuple[list[dict], list[dict]]:
+    cfgs = space.enumerate()
+    order = np.random.default_rng(0).permutation(len(cfgs))
+    return [cfgs[i] for i in order[:50]], [cfgs[i] for i in order[50:]]
+
+
+@pytest.fixture(scope="module")
+def fitted(space: Space, split) -> GPPredictor:
+    train, _ = split
+    return GPPredictor(space, seed=0).fit(train, [throughput(c) for c in train])
+
+
+# -- GPPredictor: accuracy and units ---------------------------------------------------------------
+def test_gp_ranks_held_out_configs_of_a_smooth_function(fitted, split):
+    _, test = split
+    mean, std = fitted.predict(test)
+    truth = np.array([throughput(c) for c in test])
+    assert mean.shape == std.shape == (len(test),)
+    assert stats.kendalltau(truth, mean).statistic > 0.9
+    assert fitted.n_train == 50
+
+
+def test_predictions_come_back_in_the_objectives_units(fitted, split):
+    _, test = split
+    mean, std = fitted.predict(test)
+    truth = np.array([throughput(c) for c in test])
+    assert 1e3 < np.median(mean) < 1e5  # ~1e4, not log units (~9) or standardised (~0)
+    assert np.median(np.abs(mean - truth) / truth) < 0.05
+    assert np.all(std > 0) and np.median(std / mean) < 0.2
+
+
+def test_point_estimate_is_the_median_of_the_log_normal(fitted, space, split):
+    import torch
+
+    _, test = split
+    mean, std = fitted.predict(test)
+    with torch.no_grad():
+        post = fitted.model.posterior(space.encode(test))
+        mu = post.mean.squeeze(-1).numpy()
+        var = post.variance.squeeze(-1).numpy()
+    assert fitted.point_estimate == "median"
+    np.testing.assert_allclose(mean, np.exp(mu), rtol=1e-10)
+    np.testing.assert_allclose(std, np.sqrt(np.expm1(var) * np.exp(2 * mu + var)), rtol=1e-8)
+    lo, hi = fitted.predict_interval(test, level=0.9, observation_noise=False)
+    z = stats.norm.ppf(0.95)
+    np.testing.assert_allclose(lo, np.exp(mu - z * np.sqrt(var)), rtol=1e-8)
+    np.testing.assert_allclose(hi, np.exp(mu + z * np.sqrt(var)), rtol=1e-8)
+    lo_n, hi_n = fitted.predict_interval(test, level=0.9)  # a new measurement: wider
+    assert np.all(lo_n < lo) and np.all(hi_n > hi)
+
+
+def test_raw_scale_model_reports_the_mean(space, split):
+    train, test = split
+    pred = GPPredictor(space, log_objective=False).fit(train, [throughput(c) for c in train])
+    mean, _ = pred.predict(test)
+    assert pred.point_estimate == "mean"
+    assert stats.kendalltau([throughput(c) for c in test], mean).statistic > 0.85
+
+
+def test_fits_are_deterministic_for_a_seed(space, split):
+    train, test = split
+    y = [throughput(c) * (1 + 0.03 * math.sin(i)) for i, c in enumerate(train)]
+    a = GPPredictor(space, seed=3).fit(train, y).predict(test)
+    b = GPPredictor(space, seed=3).fit(train, y).predict(test)
+    np.testing.assert_array_equal(a[0], b[0])
+    np.testing.assert_array_equal(a[1], b[1])
+
+
+def _noisy(cfgs: list[dict], sigma: float, rng: np.random.Generator) -> np.ndarray:
+    return np.array([throughput(c) for c in cfgs]) * np.exp(sigma * rng.standard_normal(len(cfgs)))
+
+
+@pytest.mark.slow
+def test_interval_coverage_with_known_log_normal_noise(space):
+    rng = np.random.default_rng(1)
+    cfgs = space.enumerate()
+    train = [cfgs[i] for i in rng.choice(len(cfgs), 80, replace=False)]
+    test = [cfgs[i] for i in rng.choice(len(cfgs), 200, replace=True)]
+    sigma = 0.08  # 8 % relative spread per measurement
+    y_train, y_test = _noisy(train, sigma, rng), _noisy(test, sigma, rng)
+    pred = GPPredictor(space).fit(train, y_train)
+    assert 0.8 <= interval_coverage(y_test, *pred.predict_interval(test)) <= 1.0
+    assert 0.5 * sigma < pred.noise_std < 2.0 * sigma  # the inferred noise is about right
+    # Known per-trial noise enters as fixed observation noise and gives the same calibration.
+    fixed = GPPredictor(space).fit(train, y_train, noise=[sigma] * len(train))
+    assert 0.8 <= interval_coverage(y_test, *fixed.predict_interval(test)) <= 1.0
+    assert fixed.noise_std == pytest.approx(sigma)
+    # Without the noise the interval would cover far fewer new measurements.
+    latent = interval_coverage(y_test, *pred.predict_interval(test, observation_noise=False))
+    assert latent < 0.8
+
+
+def test_larger_stated_noise_gives_wider_intervals(space, split):
+    train, test = split
+    y = [throughput(c) for c in train]
+    small = GPPredictor(space).fit(train, y, noise=[0.01] * len(train))
+    large = GPPredictor(space).fit(train, y, noise=[0.2] * len(train))
+    lo_s, hi_s = small.predict_interval(test)
+    lo_l, hi_l = large.predict_interval(test)
+    assert np.median(hi_l / lo_l) > np.median(hi_s / lo_s) * 1.5
+
+
+# -- GPPredictor: bad input --------------------------------------------------------------------
+def test_one_trial_is_refused(space, split):
+    train, _ = split
+    with pytest.raises(PredictorError, match="at least 2 trials"):
+        GPPredictor(space).fit(train[:1], [1.0])
+
+
+def test_two_copies_of_one_config_are_refused(space, split):
+    cfg = split[0][0]
+    with pytest.raises(PredictorError, match="same configuration"):
+        GPPredictor(space).fit([cfg, dict(cfg)], [1.0, 1.1])
+
+
+@pytest.mark.parametrize("bad, match", [(math.nan, "values\\[1\\] = nan is not finite"),
+                                        (math.inf, "values\\[1\\] = inf is not finite"),
+                                        (-5.0, "values\\[1\\] = -5.0 is not positive"),
+                                        (0.0, "values\\[1\\] = 0.0 is not positive")])
+def test_unusable_values_are_refused(space, split, bad, match):
+    train = split[0][:3]
+    with pytest.raises(PredictorError, match=match) as err:
+        GPPredictor(space).fit(train, [1.0, bad, 2.0])
+    assert err.value.hint
+
+
+def test_negative_values_are_fine_on_the_raw_scale(space, split):
+    train = split[0][:5]
+    pred = GPPredictor(space, log_objective=False).fit(train, [-1.0, -2.0, 0.5, 1.0, 3.0])
+    assert pred.predict(train)[0].shape == (5,)
+
+
+def test_a_config_outside_the_space_is_named(space, split):
+    train = list(split[0][:3])
+    train[1] = {**train[1], "micro_batch": 3}
+    with pytest.raises(PredictorError, match=r"configs\[1\].*'micro_batch': 3.*not in the space"):
+        GPPredictor(space).fit(train, [1.0, 2.0, 3.0])
+    with pytest.raises(PredictorError, match=r"configs\[0\].*unknown key"):
+        GPPredictor(space).fit([{**train[0], "bogus": 1}, train[2]], [1.0, 2.0])
+
+
+def test_mismatched_lengths_are_refused(space, split):
+    train = split[0][:4]
+    with pytest.raises(PredictorError, match="4 configs but 3 values"):
+        GPPredictor(space).fit(train, [1.0, 2.0, 3.0])
+    with pytest.raises(PredictorError, match="4 configs but 2 noise"):
+        GPPredictor(space).fit(train, [1.0, 2.0, 3.0, 4.0], noise=[0.1, 0.1])
+    with pytest.raises(PredictorError, match="noise\\[0\\] = -0.1"):
+        GPPredictor(space).fit(train, [1.0, 2.0, 3.0, 4.0], noise=[-0.1, 0.1, 0.1, 0.1])
+
+
+def test_predict_before_fit_is_refused(space, split):
+    pred = GPPredictor(space)
+    with pytest.raises(PredictorError, match="before fit"):
+        pred.predict(split[1][:2])
+    with pytest.raises(PredictorError, match="before fit"):
+        pred.predict_interval(split[1][:2])
+
+
+def test_bad_level_and_bad_predict_configs_are_refused(fitted, split):
+    with pytest.raises(PredictorError, match="level = 1.5"):
+        fitted.predict_interval(split[1][:2], level=1.5)
+    with pytest.raises(PredictorError, match="one dict"):
+        fitted.predict(split[1][0])
+
+
+# -- metrics and cross-validation ----------------------------------------------------------------
+def test_metric_functions_agree_with_scipy():
+    rng = np.random.default_rng(0)
+    a, b = rng.normal(size=15), rng.normal(size=15)
+    b[3] = b[4]  # a tie: tau-b must match scipy's default
+    assert kendall_tau(a, b) == pytest.approx(stats.kendalltau(a, b).statistic)
+    assert spearman(a, b) == pytest.approx(stats.spearmanr(a, b).statistic)
+    assert mape([100.0, 200.0, 50.0], [110.0, 150.0, 50.0]) == pytest.approx((0.1 + 0.25) / 3)
+    assert interval_coverage([1, 2, 3, 4], [0, 2.5, 3, 0], [1.5, 3, 3, 3.9]) == pytest.approx(0.5)
+    assert math.isnan(spearman([1, 1, 1], [1, 2, 3]))
+    with pytest.raises(PredictorError, match="y_true has 2 values but y_pred has 3"):
+        kendall_tau([1, 2], [1, 2, 3])
+    with pytest.raises(PredictorError, match="true value is 0"):
+        mape([0.0, 1.0], [1.0, 1.0])
+
+
+@pytest.mark.slow  # noise-free data: the fitted noise sits at its floor and L-BFGS works hard
+def test_evaluate_predictor_on_a_smooth_function(space, split):
+    cfgs = split[0] + split[1][:30]
+    vals = [throughput(c) for c in cfgs]
+    res = evaluate_predictor(lambda: GPPredictor(space), cfgs, vals, folds=5, seed=0)
+    assert set(res) == {"kendall_tau", "spearman", "mape", "coverage95", "n", "folds"}
+    assert res["n"] == 80 and res["folds"] == 5
+    assert res["kendall_tau"] > 0.85 and res["spearman"] > 0.95
+    assert 0 <= res["mape"] < 0.1
+    assert 0 <= res["coverage95"] <= 1
+
+
+def test_evaluate_predictor_on_pure_noise_finds_no_ranking(space, split):
+    cfgs = split[0] + split[1][:30]
+    vals = 1e4 * np.exp(0.3 * np.random.default_rng(5).standard_normal(len(cfgs)))
+    res = evaluate_predictor(lambda: GPPredictor(space), cfgs, vals, folds=5, seed=0)
+    assert abs(res["kendall_tau"]) < 0.2
+    assert res["mape"] > 0.1
+
+
+def test_cross_val_predict_is_out_of_fold(space, split):
+    cfgs = split[0][:12]
+    vals = np.array([throughput(c) for c in cfgs])
+    vals[5] *= 10.0  # an outlier: in-sample it is fitted, out-of-fold it cannot be predicted
+    cv = cross_val_predict(lambda: GPPredictor(space), cfgs, vals, folds="loo")
+    assert set(cv) == {"y", "mean", "std", "lo", "hi", "fold"}
+    assert sorted(cv["fold"]) == list(range(12))
+    assert np.all(cv["lo"] <= cv["mean"]) and np.all(cv["mean"] <= cv["hi"])
+    in_sample = GPPredictor(space).fit(cfgs, vals).predict([cfgs[5]])[0][0]
+    assert cv["mean"][5] < 0.5 * vals[5] < in_sample
+    k3 = cross_val_predict(lambda: GPPredictor(space), cfgs, vals, folds=3, seed=1)
+    assert sorted(np.bincount(k3["fold"])) == [4, 4, 4]
+
+
+def test_cross_validation_refuses_bad_folds(space, split):
+    cfgs = split[0][:6]
+    vals = [throughput(c) for c in cfgs]
+    with pytest.raises(PredictorError, match="folds = 7 is more than the 6 trials"):
+        evaluate_predictor(lambda: GPPredictor(space), cfgs, vals, folds=7)
+    with pytest.raises(PredictorError, match="folds = 1"):
+        evaluate_predictor(lambda: GPPredictor(space), cfgs, vals, folds=1)
+    with pytest.raises(PredictorError, match="6 configs, 5 values"):
+        cross_val_predict(lambda: GPPredictor(space), cfgs, vals[:5])
