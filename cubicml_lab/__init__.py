@@ -23,16 +23,12 @@ from typing import Any
 
 # ``cubicml_lab.measure`` is both a module (timing primitives) and the public function
 # ``cml.measure(...)``. Load the module first, so that importing it later never rebinds the name.
+from . import measure as _measure_module  # noqa: F401
 from . import errors
 from .errors import CubicMLError
+from .launch import measure
 from .space import Bool, Choice, Float, Int, Ordinal, PowerOfTwo, Space
-
-try:  # TEMPORARY while modules land; removed before the first commit
-    from . import measure as _measure_module  # noqa: F401
-    from .launch import measure
-    from .store import Trial, TrialStore
-except ImportError:
-    pass
+from .store import Trial, TrialStore
 
 __version__ = "0.1.0"
 

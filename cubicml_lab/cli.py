@@ -1,0 +1,99 @@
+"""The ``cubicml-lab`` command: ``demo``, ``report`` and ``export``.
+
+``cubicml-lab demo`` runs the demo co-design campaign (see :mod:`cubicml_lab.demo`);
+``cubicml-lab report CAMPAIGN`` prints a stored campaign's trials and best configuration;
+``cubicml-lab export CAMPAIGN PATH`` writes its raw trials to CSV or Parquet.
+Errors from the library print as one clear message (and exit code 2), not a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from .errors import CubicMLError
+
+__all__ = ["main"]
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="cubicml-lab",
+                                     description="Measure, predict and search fast training configurations.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    demo = sub.add_parser("demo", help="run a real co-design campaign on this machine's CPU")
+    demo.add_argument("--budget", type=int, default=14, help="finished trials (default 14)")
+    demo.add_argument("--store", default="data/demo.sqlite", help="SQLite file (default data/demo.sqlite)")
+    demo.add_argument("--out", default="runs", help="folder for demo.png (default runs)")
+    demo.add_argument("--campaign", default=None, help="campaign name; an existing one resumes")
+    demo.add_argument("--seed", type=int, default=0)
+    demo.add_argument("--launcher", choices=["subprocess", "inprocess"], default="subprocess")
+    demo.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    report = sub.add_parser("report", help="print a stored campaign's trials and best configuration")
+    report.add_argument("campaign")
+    report.add_argument("--store", default="data/demo.sqlite")
+    export = sub.add_parser("export", help="write a campaign's raw trials to .csv or .parquet")
+    export.add_argument("campaign")
+    export.add_argument("path")
+    export.add_argument("--store", default="data/demo.sqlite")
+    return parser
+
+
+def _report(campaign: str, store_path: str) -> None:
+    import pandas as pd
+
+    from .demo import summary_table
+    from .space import Space
+    from .store import TrialStore
+
+    from pathlib import Path
+
+    from .errors import StoreError
+
+    if not Path(store_path).exists():
+        raise StoreError(f"no store at {store_path}", hint="pass --store PATH of an existing file")
+    with TrialStore(store_path) as store:
+        info = store.campaign_info(campaign)
+        df = store.to_dataframe(campaign)
+    meta = info.get("metadata") or {}
+    objective = meta.get("objective", "throughput")
+    direction = meta.get("direction", "maximize")
+    print(f"campaign {campaign!r}: workload {info.get('workload')!r}, {len(df)} trials, "
+          f"objective {objective} ({direction})")
+    if info.get("space"):
+        space = Space.from_dict(info["space"])
+        with pd.option_context("display.width", 160, "display.max_columns", 20):
+            print(summary_table(df, space).to_string())
+        print("status counts: " + ", ".join(f"{k}={v}" for k, v in df["status"].value_counts().items()))
+        ok = df[df["status"].eq("ok")]
+        if len(ok) and objective in ok:
+            best = ok.loc[ok[objective].idxmax() if direction == "maximize" else ok[objective].idxmin()]
+            print(f"best: {{{', '.join(f'{n}: {best[n]!r}' for n in space.names)}}} -> "
+                  f"{objective} = {best[objective]:,.1f}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``cubicml-lab`` command; returns the exit code."""
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "demo":
+            from .demo import run_demo
+
+            run_demo(args.budget, args.store, args.out, campaign=args.campaign, seed=args.seed,
+                     launcher=args.launcher, progress=not args.no_progress)
+        elif args.command == "report":
+            _report(args.campaign, args.store)
+        elif args.command == "export":
+            from .store import TrialStore
+
+            with TrialStore(args.store) as store:
+                path = store.export(args.path, campaign=args.campaign)
+            print(f"wrote {path}")
+    except CubicMLError as err:
+        print(f"cubicml-lab {args.command}: error: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,93 @@
+"""Where a trial runs: in this process or in a fresh interpreter; and ``measure()``, one trial.
+
+A launcher turns a trial spec into a :class:`~cubicml_lab.measure.TrialResult`. Swapping the
+launcher is how the same notebook moves from a laptop to a GPU box or a cluster:
+
+* :class:`InProcess` (the default): calls the workload here. Fast; no timeout, no isolation, and
+  peak memory is the process's lifetime high-water mark.
+* :class:`Subprocess`: a fresh ``python -m cubicml_lab.trial`` per trial, in its own process
+  group, with a timeout and an optional address-space cap; honest per-trial peak memory.
+
+Launchers planned on the same interface (not written yet): ``Torchrun`` (multi-process,
+multi-GPU, multi-node, through ``torchrun`` running the same trial entry point) and ``Slurm``
+(a job per trial through submitit). Each implements :meth:`Launcher.run` and
+:meth:`Launcher.describe`.
+
+Importing this package imports no torch.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ..errors import ConfigError, MeasurementError
+from .base import Launcher
+from .inprocess import InProcess
+from .subprocess import Subprocess
+
+if TYPE_CHECKING:
+    from ..measure import TrialResult
+
+__all__ = ["InProcess", "Launcher", "Subprocess", "measure"]
+
+
+def measure(
+    workload: str,
+    config: dict[str, Any] | None = None,
+    *,
+    launcher: Launcher | None = None,
+    device: str = "cpu",
+    measure_options: dict[str, Any] | None = None,
+) -> TrialResult:
+    """Measure the training speed of one workload configuration: one trial, one result.
+
+    The config is checked against the workload's knobs *before* anything is launched, so a typo
+    fails in the cell that made it. Unspecified knobs take the workload's defaults
+    (``cml.workloads.get(workload).default_config()``).
+
+    Args:
+        workload: Registered workload name, e.g. ``"gpt"``.
+        config: Knob values, e.g. ``{"d_model": 128, "n_layers": 2}``; ``None`` for all defaults.
+        launcher: Where the trial runs; default :class:`InProcess`.
+        device: ``"cpu"``, ``"cuda"`` or ``"cuda:N"``.
+        measure_options: Fields of the measurement options (e.g. ``{"max_time_s": 1,
+            "min_steps": 3}``); ``None`` for the defaults.
+
+    Returns:
+        The trial's :class:`~cubicml_lab.measure.TrialResult`. A trial that fails, runs out of
+        memory or times out is a result with that ``status``, not an exception.
+
+    Raises:
+        ConfigError: Unknown workload, unknown knob or invalid value, unknown or invalid measure
+            option (the message names it), or a launcher that is not a :class:`Launcher`.
+        LaunchError: The launcher could not start the trial at all.
+
+    Example:
+        >>> import cubicml_lab as cml
+        >>> res = cml.measure("gpt", {"d_model": 128, "n_layers": 2},      # doctest: +SKIP
+        ...                   launcher=cml.launch.Subprocess(timeout_s=120))
+        >>> res.status                                                       # doctest: +SKIP
+        'ok'
+        >>> res.metrics["tokens_per_s"], res.metrics["step_time_s"]          # doctest: +SKIP
+        (48211.3, 0.0106)
+    """
+    from ..measure import MeasureOptions
+    from ..workloads import get
+
+    if launcher is None:
+        launcher = InProcess()
+    elif not isinstance(launcher, Launcher):
+        raise ConfigError(
+            f"launcher must be a cubicml_lab.launch.Launcher, got {type(launcher).__name__}",
+            hint="pass cml.launch.InProcess() or cml.launch.Subprocess(...)",
+        )
+    config = dict(config or {})
+    get(workload).resolve(config)  # raises ConfigError naming an unknown knob or a bad value
+    try:
+        MeasureOptions.from_dict(measure_options)
+    except MeasurementError as err:
+        raise ConfigError(f"measure_options: {err.message}", hint=err.hint) from None
+    spec: dict[str, Any] = {"workload": workload, "config": config, "device": device}
+    if measure_options:
+        spec["measure"] = dict(measure_options)
+    return launcher.run(spec)

@@ -1,0 +1,334 @@
+"""Run each trial in a fresh Python interpreter, with a timeout and an optional memory limit.
+
+:class:`Subprocess` starts ``python -m cubicml_lab.trial --spec SPEC.json --result RESULT.json``
+in a new process session for every trial, waits for it, and reads the result back. What this buys
+over :class:`~cubicml_lab.launch.InProcess`:
+
+* **Honest peak memory**: each trial starts from a clean process, so ``peak_mem_gib`` (resident
+  set high-water mark on CPU) belongs to that trial alone.
+* **Timeouts**: after ``timeout_s`` the trial's whole process group gets ``SIGTERM``, then
+  ``SIGKILL`` after a grace period; the result has status ``"timeout"``. Descendants that stay in
+  the group (workers, helpers) die with it; a descendant that starts its own session escapes.
+* **Crash isolation**: a non-zero exit, a signal (segfault, OOM killer) or a missing result is a
+  ``"failed"`` result carrying the exit code or signal name and the last lines of stderr.
+* **Memory limit**: ``memory_limit_gib`` caps the trial's *virtual address space*
+  (``RLIMIT_AS``), set by the trial process before it imports torch. A trial that exceeds it comes
+  back as ``"oom"``. RLIMIT_AS counts reserved, not resident, memory, and torch reserves a lot:
+  on a 2-core Linux box with torch 2.13 (CPU), importing torch needs about 0.65 GiB of address
+  space and a tiny gpt trial about 0.7 GiB (found by running ``Subprocess(memory_limit_gib=x)``
+  on a tiny config for x from 0.5 up); below that OpenBLAS aborts at import, which is reported
+  as ``"oom"`` too. The floor grows with the thread count (per-thread BLAS buffers, stacks and
+  malloc arenas), so give at least 2 GiB plus what the config needs.
+
+Cost: an interpreter start per trial. On that 2-core box a tiny gpt trial takes about 4.1 s from
+launch to result against 0.4 s in process: importing torch takes about 2 s and the first
+``torch.optim`` optimizer loads ``torch._dynamo`` for another 1.5 s. The child's stdout and
+stderr go to files in a temporary directory, never to the console, and the directory is removed
+when the trial is done.
+
+The child imports the same ``cubicml_lab`` as the caller: when the package is a source checkout,
+its parent directory is put first on the child's ``PYTHONPATH``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..errors import ConfigError, LaunchError, MeasurementError
+from .base import Launcher, check_spec
+
+if TYPE_CHECKING:
+    from ..measure import TrialResult
+
+__all__ = ["Subprocess"]
+
+_TERM_GRACE_S = 5.0  # seconds between SIGTERM and SIGKILL on a timeout
+_STDERR_TAIL_LINES = 40
+_POLL_MAX_S = 0.02  # longest sleep between checks whether the child has exited
+_MEMORY_WORDS = re.compile(
+    r"MemoryError|can.?t allocate memory|cannot allocate memory|out of memory|bad_alloc|"
+    r"memory allocation|failed to map segment",
+    re.IGNORECASE,
+)
+_PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # the directory holding cubicml_lab/
+
+
+def _positive(name: str, value: Any) -> float:
+    """Return ``value`` as a float after checking it is a finite number > 0."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(
+            f"Subprocess {name} must be a number, got {type(value).__name__} {value!r}",
+            hint=f"pass {name} in its unit, e.g. {name}=60",
+        )
+    if not (math.isfinite(value) and value > 0):
+        raise ConfigError(
+            f"Subprocess {name} = {value!r} must be finite and > 0",
+            hint=f"pass a positive {name}",
+        )
+    return float(value)
+
+
+class Subprocess(Launcher):
+    """Run each trial in a fresh interpreter: isolated memory, a timeout, an optional memory cap.
+
+    Args:
+        timeout_s: Wall-clock limit per trial in seconds, from start to exit, interpreter start
+            and torch import included.
+        memory_limit_gib: Cap on the trial's virtual address space in GiB (``RLIMIT_AS``);
+            ``None`` for no cap. Must exceed the torch import floor (see the module docstring).
+        python: Interpreter to run the trial with; default: the one running this code.
+        env: Extra environment variables for the trial, set on top of this process's environment
+            (e.g. ``{"OMP_NUM_THREADS": "2"}``).
+
+    Raises:
+        ConfigError: An option is out of range or of the wrong type; the message names it.
+
+    Example:
+        >>> Subprocess(timeout_s=60, memory_limit_gib=4).describe()["memory_limit_gib"]
+        4.0
+    """
+
+    def __init__(
+        self,
+        timeout_s: float = 600,
+        memory_limit_gib: float | None = None,
+        python: str | os.PathLike[str] | None = None,
+        env: dict[str, str] | None = None,
+    ) -> None:
+        self.timeout_s = _positive("timeout_s", timeout_s)
+        self.memory_limit_gib = (
+            None if memory_limit_gib is None else _positive("memory_limit_gib", memory_limit_gib)
+        )
+        if python is not None and not isinstance(python, (str, os.PathLike)):
+            raise ConfigError(
+                f"Subprocess python must be a path, got {type(python).__name__} {python!r}",
+                hint="pass the path of a Python executable, or leave it out",
+            )
+        self.python = None if python is None else os.fspath(python)
+        env = {} if env is None else env
+        if not isinstance(env, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in env.items()
+        ):
+            raise ConfigError(
+                f"Subprocess env must map str to str, got {env!r}",
+                hint='write every value as a string, e.g. {"OMP_NUM_THREADS": "2"}',
+            )
+        self.env = dict(env)
+
+    def describe(self) -> dict[str, Any]:
+        """Return the launcher kind and its options as plain JSON."""
+        return {
+            "kind": "subprocess",
+            "timeout_s": self.timeout_s,
+            "memory_limit_gib": self.memory_limit_gib,
+            "python": self.python,
+            "env": dict(self.env),
+        }
+
+    def command(self, spec_path: str, result_path: str) -> list[str]:
+        """Return the argument list that runs one trial (never run through a shell)."""
+        cmd = [self.python or sys.executable, "-m", "cubicml_lab.trial"]
+        cmd += ["--spec", spec_path, "--result", result_path]
+        if self.memory_limit_gib is not None:
+            cmd += ["--memory-limit-gib", repr(self.memory_limit_gib)]
+        return cmd
+
+    def _child_env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        if _PACKAGE_ROOT.name not in ("site-packages", "dist-packages"):
+            parts = [str(_PACKAGE_ROOT)] + [
+                p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p != str(_PACKAGE_ROOT)
+            ]
+            env["PYTHONPATH"] = os.pathsep.join(parts)
+        env.setdefault("PYTHONFAULTHANDLER", "1")  # a native crash prints a Python traceback
+        env.update(self.env)
+        return env
+
+    def run(self, spec: dict[str, Any]) -> TrialResult:
+        """Run one trial in a fresh interpreter and block until it exits or times out.
+
+        Args:
+            spec: The trial spec (see :mod:`cubicml_lab.launch.base`).
+
+        Returns:
+            The child's result when it wrote one (even if it was then slow to exit); otherwise a
+            ``"timeout"``, ``"oom"`` or ``"failed"`` result built here, with ``wall_s`` the
+            seconds from start to exit and ``error`` saying what happened and ending with the
+            last lines of the child's stderr.
+
+        Raises:
+            ConfigError: The spec is malformed.
+            LaunchError: The interpreter could not be started (missing, not executable).
+        """
+        spec = check_spec(spec)
+        with tempfile.TemporaryDirectory(prefix="cubicml-trial-") as tmp:
+            spec_path = os.path.join(tmp, "spec.json")
+            result_path = os.path.join(tmp, "result.json")
+            stderr_path = os.path.join(tmp, "stderr.txt")
+            with open(spec_path, "w", encoding="utf-8") as f:
+                json.dump(spec, f)
+            cmd = self.command(spec_path, result_path)
+            start = time.perf_counter()
+            with (
+                open(os.path.join(tmp, "stdout.txt"), "wb") as out,
+                open(stderr_path, "wb") as err,
+            ):
+                try:
+                    proc = subprocess.Popen(
+                        cmd,
+                        stdin=subprocess.DEVNULL,
+                        stdout=out,
+                        stderr=err,
+                        env=self._child_env(),
+                        start_new_session=True,
+                    )
+                except OSError as exc:
+                    raise LaunchError(
+                        f"cannot start the trial interpreter python={cmd[0]!r}: {exc}",
+                        hint="pass python= the path of an executable Python with cubicml_lab "
+                        "and torch installed, or leave it out to use this one",
+                    ) from exc
+            timed_out = False
+            try:
+                if not _wait_exited(proc, self.timeout_s):
+                    timed_out = True
+                    _signal_group(proc.pid, signal.SIGTERM)
+                    _wait_exited(proc, _TERM_GRACE_S)
+            finally:
+                # The leader is a zombie or still alive here, so its pid still names the group:
+                # kill whatever is left (grandchildren, or everything on Ctrl-C), then reap.
+                _signal_group(proc.pid, signal.SIGKILL)
+                proc.kill()  # in case the group was already gone (the leader left it)
+                proc.wait()
+            wall_s = time.perf_counter() - start
+            return self._collect(spec, proc.returncode, timed_out, wall_s, result_path, stderr_path)
+
+    def _collect(
+        self,
+        spec: dict[str, Any],
+        returncode: int,
+        timed_out: bool,
+        wall_s: float,
+        result_path: str,
+        stderr_path: str,
+    ) -> TrialResult:
+        """Turn what the child left behind into a :class:`TrialResult`."""
+        from ..measure import TrialResult
+
+        tail = _tail(stderr_path, _STDERR_TAIL_LINES)
+        if os.path.exists(result_path):
+            text = Path(result_path).read_text(encoding="utf-8", errors="replace")
+            try:
+                return TrialResult.from_json(text)
+            except (ValueError, TypeError, KeyError, MeasurementError) as exc:
+                return self._failure(
+                    spec, "failed", wall_s, f"the trial's result file is not valid JSON for a "
+                    f"TrialResult ({type(exc).__name__}: {exc}); exit code {returncode}", tail
+                )
+        if timed_out:
+            message = (
+                f"timed out after {wall_s:.1f} s (timeout_s = {self.timeout_s:g}); "
+                "killed the trial's process group"
+            )
+            return self._failure(spec, "timeout", wall_s, message, tail)
+        if returncode < 0:
+            how = f"killed by signal {_signal_name(-returncode)}"
+            if -returncode == signal.SIGKILL:
+                how += " (the kernel OOM killer sends SIGKILL when the machine runs out of memory)"
+        else:
+            how = f"exited with code {returncode}"
+        message = f"trial process {how} without writing a result"
+        status = "failed"
+        if self.memory_limit_gib is not None and _MEMORY_WORDS.search(tail):
+            status = "oom"
+            message += f" under memory_limit_gib = {self.memory_limit_gib:g}"
+        return self._failure(spec, status, wall_s, message, tail)
+
+    def _failure(
+        self, spec: dict[str, Any], status: str, wall_s: float, message: str, tail: str
+    ) -> TrialResult:
+        from ..measure import TrialResult, hardware_info
+
+        error = message if not tail else f"{message}\n--- last lines of stderr ---\n{tail}"
+        # The host as seen from here; never hardware_info("cuda"), which would create a CUDA
+        # context in the launching process.
+        hardware = {**hardware_info("cpu"), "device": spec.get("device") or "cpu"}
+        return TrialResult(
+            status=status,
+            metrics={},
+            hardware=hardware,
+            error=error,
+            workload=spec["workload"],
+            config=dict(spec.get("config") or {}),
+            wall_s=wall_s,
+        )
+
+
+def _wait_exited(proc: subprocess.Popen[bytes], timeout_s: float) -> bool:
+    """Wait up to ``timeout_s`` for ``proc`` to exit *without reaping it*.
+
+    An unreaped (zombie) leader keeps its pid, hence its process-group id, reserved, so a later
+    ``killpg`` cannot hit an unrelated group that reused the number.
+
+    Returns:
+        True if the process has exited, False on timeout.
+    """
+    deadline = time.monotonic() + timeout_s
+    delay = 0.001
+    while True:
+        if _has_exited(proc):
+            return True
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return False
+        time.sleep(min(delay, remaining))
+        delay = min(2 * delay, _POLL_MAX_S)
+
+
+def _has_exited(proc: subprocess.Popen[bytes]) -> bool:
+    if proc.returncode is not None:
+        return True
+    if not hasattr(os, "waitid"):  # macOS: poll() reaps, a small pid-reuse window remains
+        return proc.poll() is not None
+    try:
+        info = os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:
+        return True
+    return info is not None
+
+
+def _signal_group(pgid: int, sig: signal.Signals) -> None:
+    """Send ``sig`` to a process group; a group that is already gone is fine."""
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return str(signum)
+
+
+def _tail(path: str, lines: int) -> str:
+    """Return the last ``lines`` lines of a text file (at most the last 64 KiB are read)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 65536))
+            data = f.read()
+    except OSError:
+        return ""
+    return "\n".join(data.decode("utf-8", errors="replace").rstrip().splitlines()[-lines:])

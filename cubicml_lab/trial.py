@@ -1,0 +1,181 @@
+"""The trial entry point: run one trial from a JSON spec and write its result as JSON.
+
+Launchers that use a separate process (:class:`~cubicml_lab.launch.Subprocess`, and later
+torchrun or Slurm jobs) all run this::
+
+    python -m cubicml_lab.trial --spec SPEC.json --result RESULT.json [--memory-limit-gib X]
+
+In order, it:
+
+1. applies the memory limit (``RLIMIT_AS``, virtual address space, in GiB) before anything
+   imports torch, so that every allocation of the trial counts against it;
+2. reads the spec (see :mod:`cubicml_lab.launch.base`); a missing or malformed file is an error
+   message on stderr and exit code 2;
+3. runs :func:`cubicml_lab.workloads.run_trial`, which maps trial failures to statuses
+   (``MemoryError`` and "can't allocate memory" become ``"oom"``);
+4. writes the :class:`~cubicml_lab.measure.TrialResult` atomically (a temporary file in the same
+   directory, then ``os.replace``), so a reader never sees half a result.
+
+The exit code is 0 whenever a result was written, whatever its status; a non-zero exit means
+there is no result. ``import cubicml_lab.trial`` imports no torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import sys
+import tempfile
+import traceback
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .measure import TrialResult
+
+__all__ = ["apply_memory_limit", "main", "read_spec", "write_result"]
+
+EXIT_OK = 0
+EXIT_USAGE = 2
+
+
+def apply_memory_limit(limit_gib: float) -> int:
+    """Cap this process's virtual address space (``RLIMIT_AS``) at ``limit_gib`` GiB.
+
+    Both the soft and the hard limit are set, so the trial cannot lift the cap. A request above
+    an existing hard limit is clamped to it.
+
+    Args:
+        limit_gib: The cap in GiB (2**30 bytes), > 0.
+
+    Returns:
+        The limit applied, in bytes.
+
+    Raises:
+        ValueError: ``limit_gib`` is not > 0.
+        OSError: The platform has no ``resource`` module or refuses the limit.
+    """
+    if not limit_gib > 0:
+        raise ValueError(f"memory limit must be > 0 GiB, got {limit_gib!r}")
+    try:
+        import resource
+    except ImportError as err:  # Windows
+        raise OSError(f"cannot limit memory on this platform: {err}") from err
+    limit = int(limit_gib * 2**30)
+    _, hard = resource.getrlimit(resource.RLIMIT_AS)
+    if hard != resource.RLIM_INFINITY:
+        limit = min(limit, hard)
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    return limit
+
+
+def read_spec(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Read a trial spec from a JSON file.
+
+    Raises:
+        ValueError: The file is missing, unreadable, not JSON, or not a JSON object with a
+            ``workload`` string; the message names the file.
+    """
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as err:
+        raise ValueError(f"cannot read spec file {os.fspath(path)!r}: {err}") from err
+    try:
+        spec = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise ValueError(f"spec file {os.fspath(path)!r} is not valid JSON: {err}") from err
+    if not isinstance(spec, dict) or not isinstance(spec.get("workload"), str):
+        raise ValueError(
+            f"spec file {os.fspath(path)!r} must hold a JSON object with a 'workload' string, "
+            f"got {text[:200]!r}"
+        )
+    return spec
+
+
+def write_result(path: str | os.PathLike[str], result: TrialResult) -> None:
+    """Write ``result`` as JSON to ``path`` atomically (temporary file, then ``os.replace``)."""
+    target = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(result.to_json())
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _run(spec: dict[str, Any]) -> TrialResult:
+    """Run the trial; an error that escapes ``run_trial`` (e.g. an import) becomes a result."""
+    from .measure import TrialResult
+
+    try:
+        from .workloads import run_trial
+
+        return run_trial(spec)
+    except Exception as err:  # noqa: BLE001 - every failure must become a stored result
+        status = "oom" if isinstance(err, MemoryError) else "failed"
+        error = "".join(traceback.format_exception(err)).rstrip()
+    try:
+        from .measure import hardware_info
+
+        hardware = hardware_info(spec.get("device") or "cpu")
+    except Exception as err:  # noqa: BLE001 - the host name still identifies the machine
+        hardware = {"hostname": socket.gethostname(), "hardware_error": repr(err)}
+    return TrialResult(
+        status=status,
+        metrics={},
+        hardware=hardware,
+        error=error,
+        workload=spec["workload"],
+        config=dict(spec.get("config") or {}),
+    )
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text!r}")
+    return value
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run one trial as the command line asks; return the process exit code."""
+    parser = argparse.ArgumentParser(
+        prog="python -m cubicml_lab.trial",
+        description="Run one cubicml-lab trial from a JSON spec and write its result as JSON.",
+    )
+    parser.add_argument("--spec", required=True, help="path of the trial spec (JSON)")
+    parser.add_argument("--result", required=True, help="path to write the TrialResult (JSON)")
+    parser.add_argument(
+        "--memory-limit-gib",
+        type=_positive_float,
+        default=None,
+        help="cap on the virtual address space (RLIMIT_AS) in GiB, applied before torch loads",
+    )
+    args = parser.parse_args(argv)
+    if args.memory_limit_gib is not None:
+        try:
+            apply_memory_limit(args.memory_limit_gib)
+        except (OSError, ValueError) as err:
+            print(f"cubicml_lab.trial: cannot apply --memory-limit-gib: {err}", file=sys.stderr)
+            return EXIT_USAGE
+    try:
+        spec = read_spec(args.spec)
+    except ValueError as err:
+        print(f"cubicml_lab.trial: {err}", file=sys.stderr)
+        return EXIT_USAGE
+    result = _run(spec)
+    write_result(args.result, result)
+    return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,159 @@
+"""What a workload is: named knobs with defaults and checks, and a built, steppable training job.
+
+A :class:`Workload` describes its configuration as :class:`Knob` objects (default, type, allowed
+values or range, unit, doc). :meth:`Workload.resolve` fills in defaults and checks a config,
+raising :class:`~cubicml_lab.errors.ConfigError` that names the offending knob and what is allowed;
+:meth:`Workload.build` turns a config into a :class:`Built` job whose ``step()`` runs one real
+optimizer step. Nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import ConfigError
+
+__all__ = ["Built", "Knob", "Workload"]
+
+_TYPE_NAMES = {bool: "bool", int: "int", float: "float", str: "str"}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Knob:
+    """One configuration knob of a workload.
+
+    Attributes:
+        default: Value used when a config leaves the knob out.
+        type: ``bool``, ``int``, ``float`` or ``str``.
+        choices: Allowed values (required for ``str`` knobs), or ``None`` for any in range.
+        low: Smallest allowed value of a number (inclusive), or ``None``.
+        high: Largest allowed value of a number (inclusive), or ``None``.
+        unit: Unit of the value (e.g. ``"tokens"``), ``""`` if none.
+        doc: One line on what the knob does.
+    """
+
+    default: Any
+    type: type
+    choices: tuple[Any, ...] | None = None
+    low: float | None = None
+    high: float | None = None
+    unit: str = ""
+    doc: str = ""
+
+    def allowed(self) -> str:
+        """The allowed values in words, e.g. ``"int >= 1"`` or ``"one of 'fp32', 'bf16'"``."""
+        if self.choices is not None:
+            return "one of " + ", ".join(repr(c) for c in self.choices)
+        text = _TYPE_NAMES[self.type]
+        if self.low is not None and self.high is not None:
+            return f"{text} in [{self.low}, {self.high}]"
+        if self.low is not None:
+            return f"{text} >= {self.low}"
+        return text if self.high is None else f"{text} <= {self.high}"
+
+    def check(self, name: str, value: Any) -> Any:
+        """Return ``value`` in the knob's type (an integral float becomes an int) or raise.
+
+        Raises:
+            ConfigError: Wrong type, not among the choices, or out of range; names the knob.
+        """
+        v = value
+        if self.type is int and isinstance(v, float) and v.is_integer():
+            v = int(v)
+        if self.type is float and isinstance(v, int) and not isinstance(v, bool):
+            v = float(v)
+        ok = isinstance(v, self.type) and (self.type is bool or not isinstance(v, bool))
+        if ok and self.type is float:
+            ok = math.isfinite(v)
+        if ok and self.choices is not None:
+            ok = v in self.choices
+        if ok and self.low is not None:
+            ok = v >= self.low
+        if ok and self.high is not None:
+            ok = v <= self.high
+        if not ok:
+            raise ConfigError(f"knob {name!r} = {value!r} is not allowed: must be {self.allowed()}",
+                              hint=f"default: {self.default!r}; {self.doc}")
+        return v
+
+
+@dataclass(frozen=True, kw_only=True)
+class Built:
+    """A training job ready to step, with what measurement needs to know about it.
+
+    Attributes:
+        step: Runs one optimizer step; returns the loss (a 0-d tensor, not synchronised).
+        units_per_step: Tokens or samples consumed per optimizer step (all devices).
+        flops_per_step: Model FLOPs per optimizer step (convention in ``flops_convention``).
+        flops_convention: How ``flops_per_step`` is counted, in words.
+        sync: Blocks until queued device work is done (``None`` on CPU).
+        model_params: Parameters of the model (each tied weight counted once).
+        precision: Precision the matmuls run in (``"fp32"``, ``"bf16"``...), for the peak FLOP/s.
+    """
+
+    step: Callable[[], Any]
+    units_per_step: int
+    flops_per_step: float
+    flops_convention: str
+    sync: Callable[[], None] | None
+    model_params: int
+    precision: str = "fp32"
+
+
+class Workload(ABC):
+    """A real training workload built from a config of knobs.
+
+    Subclasses set ``name``, ``version`` and ``units`` and implement :meth:`knobs` and
+    :meth:`build` (plus :meth:`check` for rules that involve several knobs).
+    """
+
+    name: str = ""
+    version: str = ""
+    units: str = "samples"  #: "tokens" or "samples"
+
+    @abstractmethod
+    def knobs(self) -> dict[str, Knob]:
+        """Every knob by name."""
+
+    @abstractmethod
+    def build(self, config: Mapping[str, Any], device: str) -> Built:
+        """Build the model, data and optimizer on ``device`` (``config`` is resolved first)."""
+
+    def check(self, config: dict[str, Any]) -> None:
+        """Rules across knobs (e.g. heads divide the width); raise ConfigError. Default: none."""
+
+    def default_config(self) -> dict[str, Any]:
+        """Every knob with its default value."""
+        return {name: knob.default for name, knob in self.knobs().items()}
+
+    def resolve(self, config: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """``config`` with defaults filled in, each value checked.
+
+        Raises:
+            ConfigError: An unknown knob (naming it and listing the known ones), a value of the
+                wrong type or out of range (naming the knob and what is allowed), or a broken
+                rule across knobs.
+        """
+        config = dict(config or {})
+        knobs = self.knobs()
+        unknown = sorted(set(config) - set(knobs), key=str)
+        if unknown:
+            raise ConfigError(f"unknown knob(s) {unknown} for workload {self.name!r}",
+                              hint=f"known knobs: {', '.join(knobs)}")
+        out = {name: knob.check(name, config.get(name, knob.default))
+               for name, knob in knobs.items()}
+        self.check(out)
+        return out
+
+    def describe(self) -> str:
+        """A table of the knobs: name, default, allowed values, unit and doc, one per line."""
+        rows = [f"{n:<12} {k.default!r:<8} {k.allowed():<34} {k.unit:<8} {k.doc}"
+                for n, k in self.knobs().items()]
+        return f"workload {self.name!r} v{self.version} ({self.units}/step)\n" + "\n".join(rows)
+
+    def __repr__(self) -> str:
+        return f"<Workload {self.name!r} v{self.version}>"

@@ -1,0 +1,48 @@
+"""The cubicml-lab command, run as a user would: a real subprocess."""
+
+from __future__ import annotations
+
+import csv
+import subprocess
+import sys
+
+import pytest
+
+
+def cli(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "cubicml_lab.cli", *args], capture_output=True,
+                          text=True, cwd=cwd, timeout=900)
+
+
+@pytest.mark.slow
+def test_demo_report_export(tmp_path):
+    store, out = tmp_path / "demo.sqlite", tmp_path / "runs"
+    run = cli("demo", "--budget", "5", "--store", str(store), "--out", str(out), "--campaign", "d",
+              "--launcher", "inprocess", "--no-progress")
+    assert run.returncode == 0, run.stderr[-2000:]
+    text = run.stdout
+    assert "all trials:" in text and "tokens_per_s" in text
+    assert "Kendall tau = " in text
+    assert "best configuration: {" in text and "speed-up" in text
+    assert (out / "demo.png").stat().st_size > 10_000
+    assert text.count(" ok ") >= 4 or text.count("  ok  ") >= 4
+    # the first trial is the stated default configuration
+    first = [line for line in text.splitlines() if line.startswith("trial ")][0]
+    assert "micro_batch=8" in first and "precision=fp32" in first
+
+    report = cli("report", "d", "--store", str(store))
+    assert report.returncode == 0, report.stderr
+    assert "5 trials" in report.stdout and "best:" in report.stdout
+
+    exported = tmp_path / "d.csv"
+    exp = cli("export", "d", str(exported), "--store", str(store))
+    assert exp.returncode == 0, exp.stderr
+    with open(exported, newline="") as f:
+        assert len(list(csv.DictReader(f))) == 5
+
+
+def test_errors_are_one_clear_line(tmp_path):
+    run = cli("report", "nope", "--store", str(tmp_path / "missing.sqlite"))
+    assert run.returncode == 2
+    assert "no store at" in run.stderr and "Traceback" not in run.stderr
+    assert not (tmp_path / "missing.sqlite").exists()

@@ -1,0 +1,386 @@
+"""Tests for cubicml_lab.launch and the trial entry point, with real interpreters and processes.
+
+Crashes, hangs and bad results are produced by real means: a gpt config too big for the timeout or
+the memory limit, an unknown workload, or ``python=`` pointing at a small executable script written
+here that behaves like a broken interpreter (exits non-zero, segfaults, hangs with a grandchild,
+writes garbage). Nothing in the library has a test hook.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from cubicml_lab.errors import ConfigError, LaunchError
+from cubicml_lab.launch import InProcess, Launcher, Subprocess, measure
+from cubicml_lab.measure import TrialResult
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = {"d_model": 32, "n_layers": 1, "n_heads": 2, "seq_len": 16, "vocab": 64, "micro_batch": 2}
+FAST = {"max_time_s": 0.5, "min_steps": 3, "max_steps": 20, "warmup_max_s": 0.5}
+TINY_SPEC = {"workload": "gpt", "config": TINY, "device": "cpu", "measure": FAST}
+# One step of this takes tens of seconds on a laptop CPU (about 3 TFLOP), with ~1 GiB resident.
+SLOW = {"d_model": 1024, "n_layers": 4, "n_heads": 8, "seq_len": 1024, "vocab": 8192,
+        "micro_batch": 8}
+# Its token embedding alone (2**20 x 1024 fp32 = 4 GiB) exceeds a 3 GiB address space.
+HUGE = {"d_model": 1024, "n_layers": 1, "n_heads": 8, "seq_len": 16, "vocab": 2**20,
+        "micro_batch": 1}
+METRIC_KEYS = ("tokens_per_s", "step_time_s", "peak_mem_gib")
+
+
+def fake_python(tmp_path: Path, name: str, body: str) -> Path:
+    """Write an executable script that stands in for the trial interpreter.
+
+    It is called exactly like Python would be (``-m cubicml_lab.trial --spec S --result R ...``),
+    and its body sees ``argv``, ``spec_path`` and ``result_path``.
+    """
+    head = f"""\
+        #!{sys.executable}
+        import json, os, signal, subprocess, sys, time
+        argv = sys.argv[1:]
+        spec_path = argv[argv.index("--spec") + 1]
+        result_path = argv[argv.index("--result") + 1]
+        """
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(head) + textwrap.dedent(body))
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    return path
+
+
+def alive(pid: int) -> bool:
+    """True if ``pid`` exists and is not a zombie (pid 1 here may never reap orphans)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state not in ("Z", "X")
+
+
+def live_pids_with_env(tag: str) -> list[int]:
+    """Live processes whose environment holds ``CUBICML_TEST_TAG=<tag>``."""
+    needle = f"CUBICML_TEST_TAG={tag}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if needle in (entry / "environ").read_bytes().split(b"\0") and alive(int(entry.name)):
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+def check_ok(res: TrialResult) -> None:
+    assert res.status == "ok", res.error
+    assert res.error is None
+    for key in METRIC_KEYS:
+        assert res.metrics[key] > 0, (key, res.metrics)
+    assert res.hardware["hostname"] == socket.gethostname()
+    assert res.workload == "gpt"
+    assert {k: res.config[k] for k in TINY} == TINY
+
+
+# ---------------------------------------------------------------- import cost and arguments
+
+
+def test_importing_launch_and_trial_loads_no_torch() -> None:
+    code = "import sys, cubicml_lab.launch, cubicml_lab.trial; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"timeout_s": 0}, "timeout_s"),
+        ({"timeout_s": -5}, "timeout_s"),
+        ({"timeout_s": float("nan")}, "timeout_s"),
+        ({"timeout_s": "60"}, "timeout_s"),
+        ({"timeout_s": True}, "timeout_s"),
+        ({"memory_limit_gib": 0}, "memory_limit_gib"),
+        ({"memory_limit_gib": -1.5}, "memory_limit_gib"),
+        ({"memory_limit_gib": float("inf")}, "memory_limit_gib"),
+        ({"env": {"OMP_NUM_THREADS": 2}}, "env"),
+        ({"python": 3}, "python"),
+    ],
+)
+def test_subprocess_rejects_bad_options_naming_the_field(kwargs: dict, field: str) -> None:
+    with pytest.raises(ConfigError, match=field):
+        Subprocess(**kwargs)
+
+
+@pytest.mark.parametrize(
+    ("spec", "words"),
+    [
+        ({"config": {}}, "workload"),
+        ({"workload": "gpt", "confg": {}}, "confg"),
+        ({"workload": "gpt", "config": [1, 2]}, "config"),
+        ({"workload": "gpt", "config": {"d_model": object()}}, "JSON"),
+        ({"workload": "gpt", "config": {"x": float("nan")}}, "JSON"),
+    ],
+)
+def test_launchers_reject_malformed_specs(spec: dict, words: str, tmp_path: Path) -> None:
+    # python= a script that would leave a mark: a rejected spec must never start a process.
+    marker = tmp_path / "started"
+    script = fake_python(tmp_path, "py", f"open({str(marker)!r}, 'w').close()\n")
+    for launcher in (InProcess(), Subprocess(python=script)):
+        with pytest.raises(ConfigError, match=words):
+            launcher.run(spec)
+    assert not marker.exists()
+
+
+def test_missing_or_unexecutable_python_is_a_launch_error(tmp_path: Path) -> None:
+    missing = tmp_path / "no-such-python"
+    with pytest.raises(LaunchError, match="no-such-python"):
+        Subprocess(python=missing).run(TINY_SPEC)
+    not_executable = tmp_path / "python-no-x"
+    not_executable.write_text("#!/bin/sh\nexit 0\n")
+    with pytest.raises(LaunchError, match="python-no-x"):
+        Subprocess(python=not_executable).run(TINY_SPEC)
+
+
+def test_describe_is_json_and_names_every_option() -> None:
+    assert InProcess().describe() == {"kind": "inprocess"}
+    launcher = Subprocess(timeout_s=30, memory_limit_gib=2, python="/usr/bin/python3",
+                          env={"OMP_NUM_THREADS": "1"})
+    described = json.loads(json.dumps(launcher.describe()))
+    assert described == {"kind": "subprocess", "timeout_s": 30.0, "memory_limit_gib": 2.0,
+                         "python": "/usr/bin/python3", "env": {"OMP_NUM_THREADS": "1"}}
+    assert isinstance(launcher, Launcher)
+    assert "timeout_s=30.0" in repr(launcher)
+
+
+def test_measure_rejects_unknown_knob_before_starting_anything(tmp_path: Path) -> None:
+    marker = tmp_path / "started"
+    script = fake_python(tmp_path, "py", f"open({str(marker)!r}, 'w').close()\n")
+    with pytest.raises(ConfigError, match="d_modle"):
+        measure("gpt", {"d_modle": 64}, launcher=Subprocess(python=script))
+    with pytest.raises(ConfigError, match="launcher"):
+        measure("gpt", TINY, launcher="subprocess")  # type: ignore[arg-type]
+    assert not marker.exists()
+
+
+# ---------------------------------------------------------------- what the child reports
+
+
+def test_subprocess_returns_exactly_the_result_the_child_wrote(tmp_path: Path) -> None:
+    written = TrialResult(
+        status="oom", metrics={"step_time_s": 0.25, "tokens_per_s": 4096.0},
+        hardware={"hostname": "node-17", "cpu_count": 96}, error="ran out at step 3",
+        workload="gpt", workload_version="7", config={"d_model": 96}, wall_s=12.5,
+    )
+    seen = tmp_path / "seen.json"
+    script = fake_python(tmp_path, "py", f"""\
+        with open({str(seen)!r}, "w") as f:
+            json.dump({{"argv": argv, "spec": json.load(open(spec_path))}}, f)
+        with open(result_path, "w") as f:
+            f.write({written.to_json()!r})
+        """)
+    spec = {"workload": "gpt", "config": {"d_model": 96}, "device": "cpu", "measure": FAST}
+    got = Subprocess(python=script, memory_limit_gib=1.5, timeout_s=30).run(spec)
+    assert got == written
+    record = json.loads(seen.read_text())
+    assert record["spec"] == spec
+    assert record["argv"][:2] == ["-m", "cubicml_lab.trial"]
+    assert record["argv"][-2:] == ["--memory-limit-gib", "1.5"]
+
+
+def test_result_file_that_is_not_json_is_a_failure(tmp_path: Path) -> None:
+    script = fake_python(tmp_path, "py", "open(result_path, 'w').write('{\"status\": ')\n")
+    res = Subprocess(python=script).run(TINY_SPEC)
+    assert res.status == "failed"
+    assert "not valid JSON" in res.error
+    assert res.workload == "gpt" and res.config == TINY and res.metrics == {}
+
+
+def test_nonzero_exit_is_failed_with_the_exit_code_and_stderr_tail(tmp_path: Path) -> None:
+    script = fake_python(tmp_path, "py", """\
+        for i in range(100):
+            print(f"stderr line {i}", file=sys.stderr)
+        sys.exit(3)
+        """)
+    res = Subprocess(python=script).run(TINY_SPEC)
+    assert res.status == "failed"
+    assert "exited with code 3" in res.error
+    assert "stderr line 99" in res.error and "stderr line 60" in res.error
+    assert "stderr line 59\n" not in res.error  # only the last 40 lines
+    assert res.hardware["hostname"] == socket.gethostname()
+    assert res.wall_s > 0
+
+
+def test_death_by_signal_is_failed_naming_the_signal(tmp_path: Path) -> None:
+    script = fake_python(tmp_path, "py", """\
+        print("about to dereference a null pointer", file=sys.stderr, flush=True)
+        os.kill(os.getpid(), signal.SIGSEGV)
+        """)
+    res = Subprocess(python=script).run(TINY_SPEC)
+    assert res.status == "failed"
+    assert "SIGSEGV" in res.error
+    assert "about to dereference a null pointer" in res.error
+
+
+def test_unknown_workload_in_the_child_is_a_failed_result() -> None:
+    res = Subprocess(timeout_s=60).run({"workload": "no_such_workload", "config": {}})
+    assert res.status == "failed"
+    assert "no_such_workload" in res.error
+    assert res.workload == "no_such_workload"
+
+
+def test_trial_entry_point_reports_a_missing_or_broken_spec(tmp_path: Path) -> None:
+    result = tmp_path / "result.json"
+    cmd = [sys.executable, "-m", "cubicml_lab.trial", "--result", str(result), "--spec"]
+    out = subprocess.run([*cmd, str(tmp_path / "absent.json")], cwd=ROOT, capture_output=True,
+                         text=True)
+    assert out.returncode == 2 and "absent.json" in out.stderr
+    broken = tmp_path / "broken.json"
+    broken.write_text("{workload: gpt")
+    out = subprocess.run([*cmd, str(broken)], cwd=ROOT, capture_output=True, text=True)
+    assert out.returncode == 2 and "not valid JSON" in out.stderr
+    assert not result.exists()
+
+
+# ---------------------------------------------------------------- timeouts and process groups
+
+
+def test_timeout_terminates_then_kills_the_whole_process_group(tmp_path: Path) -> None:
+    # The "interpreter" starts two grandchildren, then hangs. One notes SIGTERM and exits; the
+    # other ignores SIGTERM, so only the SIGKILL that follows can end it.
+    pids, termed = tmp_path / "grandchildren.pid", tmp_path / "termed"
+    script = fake_python(tmp_path, "py", f"""\
+        notes_term = (
+            "import signal, sys, time\\n"
+            "def on_term(*_):\\n"
+            "    open({str(termed)!r}, 'w').close(); sys.exit(0)\\n"
+            "signal.signal(signal.SIGTERM, on_term)\\n"
+            "time.sleep(120)\\n")
+        ignores_term = ("import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+                        "time.sleep(120)")
+        kids = [subprocess.Popen([sys.executable, "-c", code]) for code in (notes_term, ignores_term)]
+        open({str(pids)!r}, "w").write(" ".join(str(k.pid) for k in kids))
+        time.sleep(0.5)  # let both install their handlers
+        print("hanging now", file=sys.stderr, flush=True)
+        time.sleep(120)
+        """)
+    start = time.perf_counter()
+    res = Subprocess(python=script, timeout_s=1.5).run(TINY_SPEC)
+    elapsed = time.perf_counter() - start
+    assert res.status == "timeout"
+    assert "timed out after 1." in res.error and "hanging now" in res.error
+    assert 1.5 <= res.wall_s <= elapsed < 5
+    grandchildren = [int(p) for p in pids.read_text().split()]
+    deadline = time.monotonic() + 2
+    while any(map(alive, grandchildren)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(map(alive, grandchildren))
+    assert termed.exists()  # SIGTERM reached the group before SIGKILL
+
+
+def test_death_under_a_memory_limit_is_oom_only_when_a_limit_was_set(tmp_path: Path) -> None:
+    # An "interpreter" that applies the limit it is given, then allocates past it and dies of
+    # the uncaught MemoryError without writing a result.
+    script = fake_python(tmp_path, "py", """\
+        import resource
+        if "--memory-limit-gib" in argv:
+            limit = int(float(argv[argv.index("--memory-limit-gib") + 1]) * 2**30)
+            resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+        else:
+            print("MemoryError: pretend", file=sys.stderr)
+            sys.exit(1)
+        block = bytearray(2 * limit)
+        """)
+    res = Subprocess(python=script, memory_limit_gib=0.5).run(TINY_SPEC)
+    assert res.status == "oom"
+    assert "memory_limit_gib = 0.5" in res.error and "MemoryError" in res.error
+    res = Subprocess(python=script).run(TINY_SPEC)
+    assert res.status == "failed"
+    assert "exited with code 1" in res.error
+
+
+def test_interrupting_the_caller_kills_the_trial(tmp_path: Path) -> None:
+    # Ctrl-C in a notebook (SIGINT -> KeyboardInterrupt while run() waits) must not orphan it.
+    pid_file = tmp_path / "trial.pid"
+    script = fake_python(tmp_path, "py", f"""\
+        open({str(pid_file)!r}, "w").write(str(os.getpid()))
+        time.sleep(120)
+        """)
+    timer = threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT))
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            Subprocess(python=script, timeout_s=60).run(TINY_SPEC)
+    finally:
+        timer.cancel()
+    assert not alive(int(pid_file.read_text()))
+
+
+def test_concurrent_runs_keep_their_own_specs_and_results(tmp_path: Path) -> None:
+    # Campaign(parallel=n) calls run() from several threads at once.
+    script = fake_python(tmp_path, "py", """\
+        spec = json.load(open(spec_path))
+        time.sleep(0.2)
+        json.dump({"status": "ok", "metrics": {"step_time_s": spec["config"]["d_model"] / 1000},
+                   "hardware": {"hostname": "h"}, "workload": spec["workload"],
+                   "config": spec["config"]}, open(result_path, "w"))
+        """)
+    launcher = Subprocess(python=script, timeout_s=30)
+    specs = [{"workload": "gpt", "config": {"d_model": 8 * (i + 1)}} for i in range(6)]
+    with ThreadPoolExecutor(max_workers=6) as pool:
+        results = list(pool.map(launcher.run, specs))
+    assert [r.config for r in results] == [s["config"] for s in specs]
+    assert [r.metrics["step_time_s"] for r in results] == [0.008 * (i + 1) for i in range(6)]
+
+
+@pytest.mark.slow
+def test_real_trial_slower_than_its_timeout_times_out_and_leaves_nothing() -> None:
+    tag = uuid.uuid4().hex
+    launcher = Subprocess(timeout_s=4, env={"CUBICML_TEST_TAG": tag})
+    res = launcher.run({"workload": "gpt", "config": SLOW, "device": "cpu", "measure": FAST})
+    assert res.status == "timeout", res.error
+    assert "timeout_s = 4" in res.error
+    assert 4 <= res.wall_s < 10
+    assert res.metrics == {} and res.config == SLOW
+    assert live_pids_with_env(tag) == []
+
+
+# ---------------------------------------------------------------- real gpt trials
+
+
+@pytest.mark.slow
+def test_inprocess_measures_a_tiny_gpt() -> None:
+    check_ok(measure("gpt", TINY, measure_options=FAST))
+
+
+@pytest.mark.slow
+def test_subprocess_measures_a_tiny_gpt_and_leaves_nothing() -> None:
+    tag = uuid.uuid4().hex
+    res = measure("gpt", TINY, launcher=Subprocess(timeout_s=120, env={"CUBICML_TEST_TAG": tag}),
+                  measure_options=FAST)
+    check_ok(res)
+    assert live_pids_with_env(tag) == []
+
+
+@pytest.mark.slow
+def test_memory_limit_passes_a_tiny_config_and_stops_a_huge_one_as_oom() -> None:
+    # 3 GiB is well above the floor of torch + a tiny step (~0.7 GiB here), so under the very same
+    # limit the tiny config runs and only the huge one's 4 GiB embedding runs out of memory.
+    launcher = Subprocess(timeout_s=120, memory_limit_gib=3)
+    check_ok(launcher.run(TINY_SPEC))
+    res = launcher.run({"workload": "gpt", "config": HUGE, "device": "cpu", "measure": FAST})
+    assert res.status == "oom", res.error
+    assert "allocate memory" in res.error
+    assert "tokens_per_s" not in res.metrics
+    assert res.config["vocab"] == 2**20

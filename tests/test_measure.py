@@ -1,0 +1,335 @@
+"""Tests for cubicml_lab.measure: real clocks on real (sleeping or computing) steps.
+
+Steps that sleep keep the timing tests meaningful on a busy, shared CPU: a sleep lasts at least
+its duration whatever else runs, while compute-bound steps slow down under contention.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import math
+import os
+import random
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from cubicml_lab.errors import MeasurementError
+from cubicml_lab.measure import (
+    STATUSES,
+    MeasureOptions,
+    Timing,
+    TrialResult,
+    device_peak_flops,
+    hardware_info,
+    make_timer,
+    peak_memory_gib,
+    reset_peak_memory,
+    summarize,
+    time_steps,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def sleeper(seconds: float):
+    return lambda: time.sleep(seconds)
+
+
+# ------------------------------------------------------------------------------- time_steps
+def test_median_of_a_20ms_step() -> None:
+    t = time_steps(sleeper(0.02), options=MeasureOptions(max_time_s=0.6, window_min_s=0.0))
+    assert abs(t.median_step_time_s / 0.02 - 1) < 0.15, t
+    assert t.steps_per_window == 1 and t.windows == t.steps_timed == len(t.step_times_s)
+    assert t.warmup_steps >= 2 and len(t.warmup_step_times_s) == t.warmup_steps
+    assert t.steps_timed >= 5
+    assert t.elapsed_s >= sum(t.step_times_s) + sum(t.warmup_step_times_s) - 1e-6
+
+
+def test_warmup_discards_slow_first_steps() -> None:
+    calls = []
+
+    def step() -> None:
+        calls.append(1)
+        time.sleep(0.06 if len(calls) <= 3 else 0.005)
+
+    t = time_steps(step, options=MeasureOptions(max_time_s=0.5, window_min_s=0.0))
+    assert t.warmup_steps >= 6, "warm-up ends only once 3 step times agree"
+    assert all(x >= 0.06 for x in t.warmup_step_times_s[:3])
+    assert max(t.step_times_s) < 0.03, "a slow warm-up step leaked into the timed windows"
+    assert abs(t.median_step_time_s / 0.005 - 1) < 0.5
+    assert len(calls) == t.warmup_steps + t.steps_timed
+
+
+def test_first_step_is_never_timed_even_when_settled() -> None:
+    calls = []
+
+    def step() -> None:
+        calls.append(1)
+        time.sleep(0.05 if len(calls) == 1 else 0.002)
+
+    t = time_steps(step, options=MeasureOptions(warmup_min_steps=1, warmup_max_steps=1,
+                                                max_time_s=0.2, window_min_s=0.0))
+    assert t.warmup_steps == 1 and t.warmup_step_times_s[0] >= 0.05
+    assert max(t.step_times_s) < 0.04
+
+
+def test_steady_step_stops_early_on_target() -> None:
+    opts = MeasureOptions(target_rel_ci=0.05, max_steps=100_000, max_time_s=10.0,
+                          window_min_s=0.01)
+    t = time_steps(sleeper(0.002), options=opts)
+    assert t.target_met and t.stop_reason == "target met", t
+    assert t.rel_ci <= 0.05 and t.windows >= 6
+    assert t.elapsed_s < 5.0 and t.steps_timed < 100_000
+
+
+def test_noisy_step_does_not_claim_the_target() -> None:
+    rng = random.Random(0)
+    opts = MeasureOptions(target_rel_ci=0.02, min_steps=5, max_steps=12, max_time_s=10.0,
+                          window_min_s=0.0)
+    t = time_steps(lambda: time.sleep(rng.uniform(0.01, 0.04)), options=opts)
+    assert not t.target_met and t.stop_reason == "max_steps"
+    assert t.steps_timed == 12 and t.rel_ci > 0.02
+    assert t.rel_spread > 0.1
+
+
+def test_time_budget_stops_timing() -> None:
+    opts = MeasureOptions(target_rel_ci=1e-6, max_steps=100_000, max_time_s=0.3, window_min_s=0.0)
+    t = time_steps(sleeper(0.01), options=opts)
+    assert t.stop_reason == "max_time_s" and not t.target_met
+    assert 0.2 < sum(t.step_times_s) < 0.45
+
+
+def test_min_steps_are_timed_past_the_time_budget() -> None:
+    opts = MeasureOptions(min_steps=4, max_time_s=0.01, window_min_s=0.0, warmup_max_s=0.0)
+    t = time_steps(sleeper(0.02), options=opts)
+    assert t.steps_timed >= 4
+
+
+def test_fast_steps_are_grouped_into_windows() -> None:
+    opts = MeasureOptions(max_steps=100_000, max_time_s=0.5, window_min_s=0.05)
+    t = time_steps(sleeper(0.001), options=opts)
+    # a sleep(1 ms) step lasts >= 1 ms, so a window of >= 50 ms holds at most ~50 of them
+    assert 30 <= t.steps_per_window <= 50, t.steps_per_window
+    assert t.steps_timed == t.windows * t.steps_per_window
+    assert min(x * t.steps_per_window for x in t.step_times_s) >= 0.045
+    assert 0.001 <= t.median_step_time_s < 0.003
+
+
+def test_windows_shrink_to_fit_eight_into_max_steps() -> None:
+    opts = MeasureOptions(target_rel_ci=1e-9, max_steps=80, window_min_s=0.05)
+    t = time_steps(sleeper(0.001), options=opts)
+    assert t.steps_per_window == 10 and t.windows == 8 and t.steps_timed == 80
+
+
+def test_gc_is_off_in_windows_and_restored_when_the_step_raises() -> None:
+    seen = []
+
+    def step() -> None:
+        seen.append(gc.isenabled())
+        if not seen[-1]:
+            raise RuntimeError("boom inside a timed window")
+        time.sleep(0.001)
+
+    assert gc.isenabled()
+    with pytest.raises(RuntimeError, match="boom"):
+        time_steps(step, options=MeasureOptions(max_time_s=1.0, window_min_s=0.0))
+    assert gc.isenabled()
+    assert seen[0] is True and seen[-1] is False  # warm-up with gc on; timed window with gc off
+    gc.disable()
+    try:
+        time_steps(sleeper(0.001), options=MeasureOptions(max_time_s=0.05))
+        assert not gc.isenabled(), "a caller's disabled gc must stay disabled"
+    finally:
+        gc.enable()
+
+
+def test_outlier_windows_are_counted_not_dropped() -> None:
+    calls = []
+
+    def step() -> None:
+        calls.append(1)
+        time.sleep(0.1 if len(calls) in (9, 12) else 0.005)  # two hiccups after warm-up
+
+    t = time_steps(step, options=MeasureOptions(min_steps=20, max_steps=20, window_min_s=0.0,
+                                                warmup_min_steps=5, warmup_max_steps=5))
+    assert t.warmup_steps == 5 and t.steps_timed == 20
+    assert t.outlier_steps >= 2  # the two hiccups at least (sleep jitter may add some)
+    assert sum(x > 0.09 for x in t.step_times_s) == 2
+
+
+def test_median_ci_ranks_match_the_binomial_table() -> None:
+    from cubicml_lab.measure import _median_ci_rank
+
+    # n=5: no order statistic interval reaches 95%; n=6: (min, max); n=100: x(40)..x(61)
+    assert _median_ci_rank(5) == 0 and _median_ci_rank(6) == 1
+    assert _median_ci_rank(12) == 3 and _median_ci_rank(100) == 40
+
+
+@pytest.mark.gpu
+def test_cuda_event_timer_agrees_with_a_synchronised_wall_clock() -> None:
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    a = torch.randn(4096, 4096, device="cuda")
+
+    def step() -> None:
+        a @ a
+
+    t = time_steps(step, options=MeasureOptions(max_time_s=1.0), timer=make_timer("cuda"))
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(50):
+        step()
+    torch.cuda.synchronize()
+    wall = (time.perf_counter() - t0) / 50
+    assert abs(t.median_step_time_s / wall - 1) < 0.2
+
+
+# ------------------------------------------------------------------------------ options
+def test_measure_options_unknown_key_names_it_and_the_known_ones() -> None:
+    with pytest.raises(MeasurementError, match="max_tme_s") as err:
+        MeasureOptions.from_dict({"max_tme_s": 1.0})
+    assert "max_time_s" in str(err.value) and "target_rel_ci" in str(err.value)
+
+
+def test_measure_options_from_dict_round_trip_and_checks() -> None:
+    opts = MeasureOptions.from_dict({"max_time_s": 1, "min_steps": 3.0})
+    assert opts.max_time_s == 1.0 and isinstance(opts.max_time_s, float)
+    assert opts.min_steps == 3 and isinstance(opts.min_steps, int)
+    assert MeasureOptions.from_dict(opts.to_dict()) == opts
+    assert MeasureOptions.from_dict(None) == MeasureOptions()
+    with pytest.raises(MeasurementError, match="warmup_min_steps = 0"):
+        MeasureOptions(warmup_min_steps=0)
+    with pytest.raises(MeasurementError, match="max_steps = 2 must be >= min_steps"):
+        MeasureOptions(min_steps=5, max_steps=2)
+    with pytest.raises(MeasurementError, match="max_time_s = 'soon'"):
+        MeasureOptions.from_dict({"max_time_s": "soon"})
+
+
+# ------------------------------------------------------------------------------ the record
+def test_trial_result_json_round_trip_with_nan_and_inf() -> None:
+    res = TrialResult(status="ok", metrics={"step_time_s": 0.25, "mfu": math.nan,
+                                            "step_time_rel_ci": math.inf},
+                      hardware={"hostname": "h", "gpu": {"name": "none"}}, workload="gpt",
+                      workload_version="1", config={"d_model": 64, "compile": False}, wall_s=3.5)
+    text = res.to_json()
+
+    def refuse(token: str) -> None:
+        raise AssertionError(f"bare {token} in JSON")
+
+    json.loads(text, parse_constant=refuse)  # strict JSON
+    back = TrialResult.from_json(text)
+    assert math.isnan(back.metrics["mfu"]) and back.metrics["step_time_rel_ci"] == math.inf
+    assert back.metrics["step_time_s"] == 0.25
+    assert back.to_dict() | {"metrics": {}} == res.to_dict() | {"metrics": {}}
+    assert TrialResult.from_dict(res.to_dict()).config == {"d_model": 64, "compile": False}
+
+
+def test_trial_result_checks_its_status() -> None:
+    assert STATUSES == ("ok", "oom", "failed", "timeout")
+    with pytest.raises(MeasurementError, match="'crashed'"):
+        TrialResult(status="crashed", metrics={}, hardware={})
+    with pytest.raises(MeasurementError, match="colour"):
+        TrialResult.from_dict({"status": "ok", "metrics": {}, "hardware": {}, "colour": 1})
+    with pytest.raises(MeasurementError, match="no 'status'"):
+        TrialResult.from_json("[1, 2]")
+
+
+# ------------------------------------------------------------------------------ summarize
+def test_summarize_arithmetic() -> None:
+    times = [0.10, 0.11, 0.09, 0.10, 0.12, 0.10]
+    t = Timing(step_times_s=times, warmup_steps=3, warmup_step_times_s=[0.5, 0.1, 0.1],
+               steps_per_window=2, steps_timed=12, windows=6, median_step_time_s=0.1,
+               rel_spread=0.05, rel_ci=0.2, target_met=False, outlier_steps=1,
+               stop_reason="max_steps", elapsed_s=2.0)
+    units, flops, peak, n_dev = 4096, 3.0e11, 2.0e12, 2
+    m = summarize(t, units, flops, peak, n_dev, units="tokens")
+    assert m["step_time_s"] == 0.1 and m["steps_timed"] == 12 and m["warmup_steps"] == 3
+    assert m["throughput"] == pytest.approx(units / 0.1) == m["tokens_per_s"]
+    assert m["throughput_per_device"] == pytest.approx(units / 0.1 / n_dev)
+    assert m["achieved_tflops"] == pytest.approx(flops / 0.1 / 1e12)
+    assert m["mfu"] == pytest.approx(flops / 0.1 / (peak * n_dev))
+    assert m["peak_tflops"] == pytest.approx(peak / 1e12)
+    assert m["target_met"] == 0.0 and m["outlier_steps"] == 1.0 and m["n_devices"] == 2.0
+    assert m["step_time_rel_ci"] == 0.2 and m["step_time_rel_spread"] == 0.05
+    assert m["units_per_step"] == units and m["flops_per_step"] == flops
+    no_peak = summarize(t, units, flops, None)
+    assert math.isnan(no_peak["mfu"]) and "tokens_per_s" not in no_peak
+    assert all(isinstance(v, float) for v in m.values())
+
+
+# ------------------------------------------------------------------------------ hardware
+def test_hardware_info_on_cpu() -> None:
+    import torch
+
+    hw = hardware_info("cpu")
+    for key in ("cpu_model", "cpu_count", "torch_threads", "torch_version", "python_version",
+                "hostname", "platform"):
+        assert key in hw, key
+    assert hw["hostname"] == socket.gethostname() and hw["cpu_count"] == os.cpu_count()
+    assert hw["torch_threads"] == torch.get_num_threads()
+    assert hw["torch_version"] == torch.__version__
+    assert "gpu_name" not in hw
+    json.dumps(hw)
+
+
+def test_peak_memory_on_cpu_rises_and_resets() -> None:
+    import torch
+
+    reset_peak_memory("cpu")
+    before = peak_memory_gib("cpu")
+    x = torch.ones(300 * 2**20 // 4)  # 300 MiB, touched
+    assert peak_memory_gib("cpu") - before > 0.25
+    del x
+    if not reset_peak_memory("cpu"):
+        pytest.skip("this platform cannot reset the peak RSS")
+    assert peak_memory_gib("cpu") - before < 0.15
+
+
+def test_gpu_table_lookup_by_device_name() -> None:
+    from cubicml_lab.measure import _GPU_PEAK_TFLOPS, _gpu_family
+
+    assert _gpu_family("NVIDIA H100 80GB HBM3") == "H100 SXM"
+    assert _gpu_family("NVIDIA H100 PCIe") == "H100 PCIe"
+    assert _gpu_family("NVIDIA H100 NVL") == "H100 NVL"
+    assert _gpu_family("NVIDIA H200") == "H200 SXM"
+    assert _gpu_family("NVIDIA A100-SXM4-80GB") == _gpu_family("NVIDIA A100 80GB PCIe") == "A100"
+    assert _gpu_family("Tesla V100-SXM2-16GB") is None
+    for row in _GPU_PEAK_TFLOPS.values():
+        assert row["bf16"] == row["fp16"] > row["tf32"] > row["fp32"]
+    with pytest.raises(MeasurementError, match="'int8'"):
+        device_peak_flops("cpu", "int8")
+
+
+def test_cpu_peak_flops_is_measured_once_then_read_from_the_cache(tmp_path, monkeypatch) -> None:
+    import torch
+
+    monkeypatch.setenv("CUBICML_LAB_CACHE_DIR", str(tmp_path))
+    t0 = time.perf_counter()
+    first = device_peak_flops("cpu", "fp32")
+    measure_s = time.perf_counter() - t0
+    assert measure_s >= 0.4, "the micro-benchmark runs about 0.5 s"
+    assert 1e8 < first < 1e14  # 0.1 GFLOP/s .. 100 TFLOP/s
+    path = tmp_path / "cpu_peak.json"
+    cache = json.loads(path.read_text())
+    (key,) = cache
+    assert f"threads={torch.get_num_threads()}" in key and key.endswith("|fp32")
+    t0 = time.perf_counter()
+    assert device_peak_flops("cpu", "tf32") == first  # tf32 means fp32 on a CPU
+    assert time.perf_counter() - t0 < 0.1
+    cache[key]["flops"] = 1234.5
+    path.write_text(json.dumps(cache))
+    assert device_peak_flops("cpu", "fp32") == 1234.5, "the second call must read the file"
+
+
+def test_importing_measure_loads_no_torch() -> None:
+    code = "import sys, cubicml_lab.measure; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"
