@@ -151,7 +151,7 @@ def run_demo(budget: int = 14, store: str | os.PathLike[str] = "data/demo.sqlite
     default_value = value_of(df, DEFAULT_CONFIG)
     speedup = best_value / default_value if default_value else None
     fig = campaign_figure(df, report if "mean" in report else None, reference=default_value,
-                          title=f"cubicml-lab demo: GPT on {hw.get('cpu_count')} CPU cores")
+                          unit="tokens/s", title=f"cubicml-lab demo: GPT on {hw.get('cpu_count')} CPU cores")
     out_dir = Path(out)
     out_dir.mkdir(parents=True, exist_ok=True)
     fig_path = out_dir / "demo.png"

@@ -29,7 +29,9 @@ _LABELS = {"throughput": "throughput (units/s)", "tokens_per_s": "tokens/s",
            "peak_mem_gib": "peak memory (GiB)", "mfu": "MFU (0-1)"}
 
 
-def _label(objective: str) -> str:
+def _label(objective: str, unit: str | None = None) -> str:
+    if unit is not None:
+        return f"{objective} ({unit})"
     return _LABELS.get(objective, objective)
 
 
@@ -70,7 +72,8 @@ def best_so_far_data(df: pd.DataFrame, objective: str = "throughput",
 
 def plot_best_so_far(df: pd.DataFrame, objective: str = "throughput", direction: str = "maximize",
                      *, reference: float | None = None, reference_label: str = "default config",
-                     ax: matplotlib.axes.Axes | None = None) -> matplotlib.figure.Figure:
+                     unit: str | None = None, ax: matplotlib.axes.Axes | None = None
+                     ) -> matplotlib.figure.Figure:
     """Best-so-far curve of a campaign, each trial as a dot, failures marked on the x axis."""
     data = best_so_far_data(df, objective, direction)
     fig, ax = _axes(ax)
@@ -86,7 +89,7 @@ def plot_best_so_far(df: pd.DataFrame, objective: str = "throughput", direction:
     if reference is not None:
         ax.axhline(reference, color="0.4", ls="--", lw=1, label=reference_label)
     ax.set_xlabel("trial")
-    ax.set_ylabel(_label(objective))
+    ax.set_ylabel(_label(objective, unit))
     ax.set_title("search progress")
     ax.legend(loc="lower right", fontsize=8)
     return fig
@@ -94,7 +97,7 @@ def plot_best_so_far(df: pd.DataFrame, objective: str = "throughput", direction:
 
 def plot_parity(measured: Sequence[float], predicted: Sequence[float],
                 lo: Sequence[float] | None = None, hi: Sequence[float] | None = None, *,
-                objective: str = "throughput", title: str | None = None,
+                objective: str = "throughput", title: str | None = None, unit: str | None = None,
                 ax: matplotlib.axes.Axes | None = None) -> matplotlib.figure.Figure:
     """Predicted against measured values with optional interval bars and the y = x line."""
     import numpy as np
@@ -110,8 +113,8 @@ def plot_parity(measured: Sequence[float], predicted: Sequence[float],
     both = np.concatenate([y, p])
     span = [float(np.nanmin(both)) * 0.9, float(np.nanmax(both)) * 1.1]
     ax.plot(span, span, color="0.4", lw=1, ls="--", label="y = x")
-    ax.set_xlabel(f"measured {_label(objective)}")
-    ax.set_ylabel(f"predicted {_label(objective)}")
+    ax.set_xlabel(f"measured {_label(objective, unit)}")
+    ax.set_ylabel(f"predicted {_label(objective, unit)}")
     ax.set_title(title or "predictor, out-of-fold")
     ax.legend(loc="upper left", fontsize=8)
     return fig
@@ -119,8 +122,8 @@ def plot_parity(measured: Sequence[float], predicted: Sequence[float],
 
 def campaign_figure(df: pd.DataFrame, cv: dict[str, Any] | None = None, *,
                     objective: str = "throughput", direction: str = "maximize",
-                    reference: float | None = None, title: str | None = None
-                    ) -> matplotlib.figure.Figure:
+                    reference: float | None = None, title: str | None = None,
+                    unit: str | None = None) -> matplotlib.figure.Figure:
     """Two panels: best-so-far curve and (when ``cv`` is given) the out-of-fold parity plot.
 
     Args:
@@ -130,17 +133,18 @@ def campaign_figure(df: pd.DataFrame, cv: dict[str, Any] | None = None, *,
         direction: ``"maximize"`` or ``"minimize"``.
         reference: A value drawn as a dashed line (e.g. the default configuration's).
         title: Figure title.
+        unit: Unit shown in the axis labels (e.g. "tokens/s"); default: the objective's own.
     """
     import matplotlib.pyplot as plt
 
     ncols = 2 if cv is not None else 1
     fig, axes = plt.subplots(1, ncols, figsize=(5.2 * ncols, 4.2), squeeze=False)
-    plot_best_so_far(df, objective, direction, reference=reference, ax=axes[0, 0])
+    plot_best_so_far(df, objective, direction, reference=reference, unit=unit, ax=axes[0, 0])
     if cv is not None:
         tau = cv.get("kendall_tau")
         sub = None if tau is None else f"GP, leave-one-out (Kendall tau = {tau:.2f})"
         plot_parity(cv["measured"], cv["mean"], cv.get("lo"), cv.get("hi"), objective=objective,
-                    title=sub, ax=axes[0, 1])
+                    title=sub, unit=unit, ax=axes[0, 1])
     if title:
         fig.suptitle(title)
     fig.tight_layout()

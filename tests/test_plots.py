@@ -33,6 +33,7 @@ def test_campaign_figure_draws_both_panels(tmp_path):
     assert len(fig.axes) == 2
     left, right = fig.axes
     assert left.get_ylabel() == "throughput (units/s)"
+    assert plots.campaign_figure(frame(), unit="tokens/s").axes[0].get_ylabel() == "throughput (tokens/s)"
     assert "Kendall tau = 1.00" in right.get_title()
     labels = [t.get_text() for t in left.get_legend().get_texts()]
     assert "oom / failed / timeout" in labels and "default config" in labels
