@@ -11,13 +11,13 @@ This module owns how a training step is timed and what a trial reports:
   CPU, :class:`CudaEventTimer` (CUDA events recorded at the edges) on GPUs; :func:`make_timer`.
 * :func:`summarize` turns a :class:`Timing` into metrics: ``step_time_s`` (median), its relative
   spread and CI, ``throughput`` (units/s), ``achieved_tflops`` and ``mfu`` (0-1).
-* :func:`peak_memory_gib`, :func:`reset_peak_memory`, :func:`device_peak_flops` (a datasheet
-  table for A100/H100/H200; on CPU a matmul micro-benchmark, cached) and :func:`hardware_info`.
+* Re-exported from :mod:`cubicml_lab.hardware`: :func:`peak_memory_gib`,
+  :func:`reset_peak_memory`, :func:`device_peak_flops` and :func:`hardware_info`.
 * :class:`TrialResult`, the record every launcher returns (strict JSON, NaN-safe).
 
 The raw step time, units per step and device count are always stored, so MFU can be recomputed
-later under another FLOP convention. Multi-process runs (later launchers) report the slowest
-rank's step time, as Megatron-LM does. Importing this module imports no torch.
+later under another FLOP convention. Multi-process runs report the slowest rank's step time, as
+Megatron-LM does (``time_steps(reduce=...)``). Importing this module imports no torch.
 """
 
 from __future__ import annotations
@@ -25,21 +25,23 @@ from __future__ import annotations
 import gc
 import json
 import math
-import os
-import platform
-import socket
-import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, fields
 from functools import lru_cache
-from pathlib import Path
 from typing import Any
 
 from .errors import MeasurementError
+from .hardware import (  # re-exported: measure is where users look for them
+    device_peak_flops,
+    hardware_info,
+    host_record,
+    peak_memory_gib,
+    reset_peak_memory,
+)
 
 __all__ = ["STATUSES", "CudaEventTimer", "MeasureOptions", "StepTimer", "Timing", "TrialResult",
-           "device_peak_flops", "hardware_info", "make_timer", "peak_memory_gib",
+           "device_peak_flops", "failure_result", "hardware_info", "make_timer", "peak_memory_gib",
            "reset_peak_memory", "summarize", "time_steps"]
 
 STATUSES = ("ok", "oom", "failed", "timeout")
@@ -119,6 +121,27 @@ class TrialResult:
     def from_json(cls, s: str) -> TrialResult:
         """Parse :meth:`to_json` output."""
         return cls.from_dict(json.loads(s))
+
+
+def failure_result(spec: Mapping[str, Any], status: str, error: str, *, wall_s: float = 0.0,
+                   hardware: Mapping[str, Any] | None = None) -> TrialResult:
+    """The result of a trial that measured nothing: ``status`` and ``error``, no metrics.
+
+    Args:
+        spec: The trial spec (``workload``, ``config``, ``device``).
+        status: ``"failed"``, ``"oom"`` or ``"timeout"``.
+        error: What happened, for a person.
+        wall_s: Seconds the trial took.
+        hardware: The machine record; default :func:`~cubicml_lab.hardware.host_record` of this
+            host *as a CPU* (never a CUDA query, which would create a CUDA context here), with
+            the spec's device.
+    """
+    if hardware is None:
+        hardware = {**host_record("cpu"), "device": spec.get("device") or "cpu"}
+    config = spec.get("config")
+    return TrialResult(status=status, metrics={}, hardware=dict(hardware), error=error,
+                       workload=str(spec.get("workload") or ""),
+                       config=dict(config) if isinstance(config, Mapping) else {}, wall_s=wall_s)
 
 
 # ----------------------------------------------------------------------------- the options
@@ -342,8 +365,8 @@ def _settled(times: list[float], rel: float) -> bool:
 
 
 def time_steps(step: Callable[[], Any], *, sync: Callable[[], None] | None = None,
-               options: MeasureOptions = MeasureOptions(), timer: StepTimer | None = None
-               ) -> Timing:
+               options: MeasureOptions = MeasureOptions(), timer: StepTimer | None = None,
+               reduce: Callable[[float], float] | None = None) -> Timing:
     """Time ``step`` in steady state: warm up until settled, then time windows of steps.
 
     Warm-up runs single steps, each synchronised and timed, until ``warmup_min_steps`` ran and
@@ -357,11 +380,18 @@ def time_steps(step: Callable[[], Any], *, sync: Callable[[], None] | None = Non
     timing, generation 1 between windows, none inside them (the caller's gc state is restored,
     also when ``step`` raises).
 
+    Multi-process runs pass ``reduce`` (e.g. an all-reduce MAX over ranks): every measured time,
+    warm-up step or window, is replaced by its reduced value right after the clock stops (outside
+    the window), so the slowest rank's time is reported, as Megatron-LM does, and every rank makes
+    the same warm-up and stopping decisions. Budgets therefore count measured (reduced) time, not
+    the clock between windows.
+
     Args:
         step: One training step; its return value is ignored.
         sync: Blocks until queued device work is done; used by the default timer only.
         options: Budgets and targets.
         timer: The clock; default ``StepTimer(sync)`` (:func:`make_timer` gives CUDA events).
+        reduce: Maps a rank's measured seconds to the value all ranks agree on; ``None`` alone.
 
     Returns:
         The :class:`Timing`.
@@ -373,14 +403,15 @@ def time_steps(step: Callable[[], Any], *, sync: Callable[[], None] | None = Non
         True
     """
     timer = timer if timer is not None else StepTimer(sync)
+    agree = reduce if reduce is not None else float
     o = options
     t_begin = time.perf_counter()
     warm: list[float] = []
     while True:
         timer.start()
         step()
-        warm.append(timer.stop())
-        n, spent = len(warm), time.perf_counter() - t_begin
+        warm.append(agree(timer.stop()))
+        n, spent = len(warm), sum(warm)
         budget_spent = n >= o.warmup_max_steps or spent >= o.warmup_max_s
         if n >= o.warmup_min_steps and (budget_spent or _settled(warm, o.settle_rel)):
             break
@@ -391,22 +422,23 @@ def time_steps(step: Callable[[], Any], *, sync: Callable[[], None] | None = Non
     steps, stop_reason, rel_ci = 0, "max_steps", math.inf
     gc_was_enabled = gc.isenabled()
     gc.collect()
-    t_timed = time.perf_counter()
+    timed_s = 0.0  # measured seconds of the windows so far
     try:
         gc.disable()
         while True:
             n = k if steps + k <= o.max_steps else o.max_steps - steps
             if n <= 0 or (n < k and steps >= o.min_steps):
                 break  # max_steps (a short last window only to reach min_steps)
-            if steps >= o.min_steps and (time.perf_counter() - t_timed
-                                         + k * _quantile(sorted(times), 0.5) > o.max_time_s):
+            if steps >= o.min_steps and timed_s + k * _quantile(sorted(times), 0.5) > o.max_time_s:
                 stop_reason = "max_time_s"
                 break
             gc.collect(1)
             timer.start()
             for _ in range(n):
                 step()
-            times.append(timer.stop() / n)
+            window_s = agree(timer.stop())
+            times.append(window_s / n)
+            timed_s += window_s
             steps += n
             rel_ci = _median_rel_ci(times)
             if steps >= o.min_steps and rel_ci <= o.target_rel_ci:
@@ -467,183 +499,3 @@ def summarize(timing: Timing, units_per_step: float, flops_per_step: float,
         out[f"{units}_per_s"] = throughput
         out[f"{units}_per_s_per_device"] = throughput / n_devices
     return out
-
-
-# ------------------------------------------------------------------------- memory and hardware
-def peak_memory_gib(device: str = "cpu") -> float:
-    """Peak memory since the last :func:`reset_peak_memory`, in GiB (2**30 bytes).
-
-    CUDA: ``torch.cuda.max_memory_allocated`` (tensors; excludes the allocator's cache and the
-    CUDA context). CPU: the process's high-water resident set size (``ru_maxrss``: KiB on Linux,
-    bytes on macOS), which counts the interpreter and torch itself (a few hundred MiB).
-    """
-    if str(device).startswith("cuda"):
-        import torch
-
-        return torch.cuda.max_memory_allocated(torch.device(device)) / 2**30
-    import resource
-
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return rss / 2**30 if sys.platform == "darwin" else rss / 2**20
-
-
-def reset_peak_memory(device: str = "cpu") -> bool:
-    """Start a new peak-memory period; return whether the platform allowed it.
-
-    CUDA: ``torch.cuda.reset_peak_memory_stats``. CPU (Linux): writes ``5`` to
-    ``/proc/self/clear_refs``, which resets the high-water RSS to the current RSS; elsewhere the
-    peak stays the process's lifetime peak and ``False`` is returned.
-    """
-    if str(device).startswith("cuda"):
-        import torch
-
-        torch.cuda.reset_peak_memory_stats(torch.device(device))
-        return True
-    try:
-        Path("/proc/self/clear_refs").write_text("5")
-        return True
-    except OSError:
-        return False
-
-
-@lru_cache(maxsize=1)
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.lower().startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "unknown"
-
-
-@lru_cache(maxsize=1)
-def _nvidia_driver() -> str | None:
-    import subprocess
-
-    try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=10, check=True)
-        return out.stdout.strip().splitlines()[0] or None
-    except (OSError, subprocess.SubprocessError, IndexError):
-        return None
-
-
-def hardware_info(device: str = "cpu") -> dict[str, Any]:
-    """Describe this machine: CPU, threads, versions and, for a CUDA device, the GPU.
-
-    Returns:
-        ``device, cpu_model, cpu_count, torch_threads, torch_version, python_version, hostname,
-        platform``; for ``cuda[:N]`` also ``gpu_name, gpu_count, gpu_mem_gib, cuda_version,
-        driver`` (``None`` when nvidia-smi is not available).
-    """
-    import torch
-
-    info: dict[str, Any] = {
-        "device": str(device), "cpu_model": _cpu_model(), "cpu_count": os.cpu_count(),
-        "torch_threads": torch.get_num_threads(), "torch_version": torch.__version__,
-        "python_version": platform.python_version(), "hostname": socket.gethostname(),
-        "platform": platform.platform(),
-    }
-    if str(device).startswith("cuda") and torch.cuda.is_available():
-        props = torch.cuda.get_device_properties(torch.device(device))
-        info.update(gpu_name=props.name, gpu_count=torch.cuda.device_count(),
-                    gpu_mem_gib=props.total_memory / 2**30, cuda_version=torch.version.cuda,
-                    driver=_nvidia_driver())
-    return info
-
-
-# Dense (no sparsity) peak FLOP/s per GPU from NVIDIA's public datasheets: A100 (SXM4 and PCIe):
-# 312 TFLOPS BF16/FP16 tensor, 156 TF32 tensor, 19.5 FP32. H100 SXM5: 989.4 BF16/FP16, 494.7
-# TF32, 66.9 FP32; H100 PCIe: 756 / 378 / 51; H100 NVL: 835 / 418 / 60 (the datasheets print
-# twice these tensor figures "with sparsity"). H200 SXM: as H100 SXM; H200 NVL: as H100 NVL.
-# "fp32" is the non-tensor-core peak: the gpt workload leaves TF32 off (torch's default).
-_GPU_PEAK_TFLOPS: dict[str, dict[str, float]] = {
-    "A100": {"bf16": 312.0, "fp16": 312.0, "tf32": 156.0, "fp32": 19.5},
-    "H100 SXM": {"bf16": 989.4, "fp16": 989.4, "tf32": 494.7, "fp32": 66.9},
-    "H100 PCIe": {"bf16": 756.0, "fp16": 756.0, "tf32": 378.0, "fp32": 51.0},
-    "H100 NVL": {"bf16": 835.0, "fp16": 835.0, "tf32": 418.0, "fp32": 60.0},
-    "H200 SXM": {"bf16": 989.4, "fp16": 989.4, "tf32": 494.7, "fp32": 66.9},
-    "H200 NVL": {"bf16": 835.0, "fp16": 835.0, "tf32": 418.0, "fp32": 60.0},
-}
-
-
-def _gpu_family(name: str) -> str | None:
-    """Table row of a CUDA device name, e.g. 'NVIDIA H100 80GB HBM3' -> 'H100 SXM'."""
-    n = name.upper()
-    for chip in ("H200", "H100"):
-        if chip in n:
-            form = "NVL" if "NVL" in n else ("PCIe" if "PCIE" in n else "SXM")
-            return f"{chip} {form}"
-    return "A100" if "A100" in n else None
-
-
-def _cache_dir() -> Path:
-    return Path(os.environ.get("CUBICML_LAB_CACHE_DIR") or Path.home() / ".cache" / "cubicml_lab")
-
-
-def _bench_matmul_flops(precision: str, n: int = 1024, seconds: float = 0.5) -> float:
-    """Best FLOP/s of ``n x n`` matmuls over 5 slices of ``seconds``, current torch threads."""
-    import torch
-
-    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision, torch.float32)
-    gen = torch.Generator().manual_seed(0)
-    a, b = (torch.randn(n, n, generator=gen).to(dtype) for _ in range(2))
-    c = torch.empty(n, n, dtype=dtype)
-    for _ in range(2):
-        torch.mm(a, b, out=c)
-    best = 0.0
-    for _ in range(5):
-        count, t0 = 0, time.perf_counter()
-        while (elapsed := time.perf_counter() - t0) < seconds / 5:
-            torch.mm(a, b, out=c)
-            count += 1
-        best = max(best, 2.0 * n**3 * count / elapsed)
-    return best
-
-
-def device_peak_flops(device: str = "cpu", precision: str = "fp32") -> float | None:
-    """Peak FLOP/s of one device at ``precision`` ("fp32", "tf32", "bf16", "fp16"), or None.
-
-    CUDA: the datasheet table above for A100/H100/H200 (None for other GPUs, so MFU is NaN).
-    CPU: *measured*, not a datasheet figure: the best rate of 1024 x 1024 matmuls in that dtype
-    ("tf32" means fp32) over about 0.5 s with the current torch thread count, run once and cached
-    in ``$CUBICML_LAB_CACHE_DIR/cpu_peak.json`` (default ``~/.cache/cubicml_lab``) keyed by CPU
-    model, threads and precision. CPU MFU is therefore relative to what torch's own matmul
-    reaches on this machine, and can be compared across configs on the same machine only.
-    """
-    if precision not in ("fp32", "tf32", "bf16", "fp16"):
-        raise MeasurementError(f"precision = {precision!r} is not one of fp32, tf32, bf16, fp16",
-                               hint="pass the precision the matmuls run in")
-    if str(device).startswith("cuda"):
-        import torch
-
-        family = _gpu_family(torch.cuda.get_device_name(torch.device(device)))
-        return None if family is None else _GPU_PEAK_TFLOPS[family][precision] * 1e12
-    import torch
-
-    prec = "fp32" if precision == "tf32" else precision
-    key = f"{_cpu_model()}|threads={torch.get_num_threads()}|{prec}"
-    path = _cache_dir() / "cpu_peak.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.with_suffix(".lock"), "a") as lock:
-        try:
-            import fcntl
-
-            fcntl.flock(lock, fcntl.LOCK_EX)  # one benchmark at a time; the others read its result
-        except ImportError:
-            pass
-        try:
-            cache = json.loads(path.read_text())
-        except (OSError, ValueError):
-            cache = {}
-        if isinstance(cache, dict) and isinstance(cache.get(key), dict):
-            return float(cache[key]["flops"])
-        flops = _bench_matmul_flops(prec)
-        cache = cache if isinstance(cache, dict) else {}
-        cache[key] = {"flops": flops, "torch_version": torch.__version__,
-                      "measured_at": time.time()}
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(cache, indent=1, sort_keys=True))
-        os.replace(tmp, path)
-    return flops

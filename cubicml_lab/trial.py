@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import sys
 import tempfile
 import traceback
@@ -35,7 +34,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from .measure import TrialResult
 
-__all__ = ["apply_memory_limit", "main", "read_spec", "write_result"]
+__all__ = ["apply_memory_limit", "die_with_parent", "main", "read_spec",
+           "result_path_for_rank", "write_result"]
 
 EXIT_OK = 0
 EXIT_USAGE = 2
@@ -111,29 +111,37 @@ def write_result(path: str | os.PathLike[str], result: TrialResult) -> None:
 
 def _run(spec: dict[str, Any]) -> TrialResult:
     """Run the trial; an error that escapes ``run_trial`` (e.g. an import) becomes a result."""
-    from .measure import TrialResult
-
     try:
         from .workloads import run_trial
 
         return run_trial(spec)
     except Exception as err:  # noqa: BLE001 - every failure must become a stored result
-        status = "oom" if isinstance(err, MemoryError) else "failed"
-        error = "".join(traceback.format_exception(err)).rstrip()
-    try:
-        from .measure import hardware_info
+        from .measure import failure_result
 
-        hardware = hardware_info(spec.get("device") or "cpu")
-    except Exception as err:  # noqa: BLE001 - the host name still identifies the machine
-        hardware = {"hostname": socket.gethostname(), "hardware_error": repr(err)}
-    return TrialResult(
-        status=status,
-        metrics={},
-        hardware=hardware,
-        error=error,
-        workload=spec["workload"],
-        config=dict(spec.get("config") or {}),
-    )
+        status = "oom" if isinstance(err, MemoryError) else "failed"
+        return failure_result(spec, status, "".join(traceback.format_exception(err)).rstrip())
+
+
+def die_with_parent() -> None:
+    """Under torchrun (Linux): get SIGKILL when the torchrun agent dies, so no worker outlives a
+    killed job (the agent starts its workers in their own sessions)."""
+    if "TORCHELASTIC_RUN_ID" not in os.environ or not sys.platform.startswith("linux"):
+        return
+    import ctypes
+    import signal
+
+    parent = os.getppid()
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG = 1
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:  # the agent died before the request took effect
+        os._exit(1)
+
+
+def result_path_for_rank(path: str, rank: int) -> str:
+    """Rank 0 writes ``path``; a failed rank N of a multi-process trial ``path.rankN``."""
+    return path if rank == 0 else f"{path}.rank{rank}"
 
 
 def _positive_float(text: str) -> float:
@@ -172,8 +180,11 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as err:
         print(f"cubicml_lab.trial: {err}", file=sys.stderr)
         return EXIT_USAGE
+    die_with_parent()
+    rank = int(os.environ.get("RANK", "0") or 0)
     result = _run(spec)
-    write_result(args.result, result)
+    if rank == 0 or result.status != "ok":
+        write_result(result_path_for_rank(args.result, rank), result)
     return EXIT_OK
 
 

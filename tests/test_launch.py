@@ -76,10 +76,11 @@ def live_pids_with_env(tag: str) -> list[int]:
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
-                if needle in (entry / "environ").read_bytes().split(b"\0") and alive(int(entry.name)):
-                    found.append(int(entry.name))
+                environ = (entry / "environ").read_bytes().split(b"\0")
             except OSError:
                 continue
+            if needle in environ and alive(int(entry.name)):
+                found.append(int(entry.name))
     return found
 
 
@@ -269,7 +270,7 @@ def test_timeout_terminates_then_kills_the_whole_process_group(tmp_path: Path) -
             "time.sleep(120)\\n")
         ignores_term = ("import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
                         "time.sleep(120)")
-        kids = [subprocess.Popen([sys.executable, "-c", code]) for code in (notes_term, ignores_term)]
+        kids = [subprocess.Popen([sys.executable, "-c", c]) for c in (notes_term, ignores_term)]
         open({str(pids)!r}, "w").write(" ".join(str(k.pid) for k in kids))
         time.sleep(0.5)  # let both install their handlers
         print("hanging now", file=sys.stderr, flush=True)
@@ -341,7 +342,8 @@ def test_concurrent_runs_keep_their_own_specs_and_results(tmp_path: Path) -> Non
     with ThreadPoolExecutor(max_workers=6) as pool:
         results = list(pool.map(launcher.run, specs))
     assert [r.config for r in results] == [s["config"] for s in specs]
-    assert [r.metrics["step_time_s"] for r in results] == [0.008 * (i + 1) for i in range(6)]
+    times = [r.metrics["step_time_s"] for r in results]
+    assert times == pytest.approx([0.008 * (i + 1) for i in range(6)])
 
 
 @pytest.mark.slow

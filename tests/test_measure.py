@@ -293,7 +293,7 @@ def test_peak_memory_on_cpu_rises_and_resets() -> None:
 
 
 def test_gpu_table_lookup_by_device_name() -> None:
-    from cubicml_lab.measure import _GPU_PEAK_TFLOPS, _gpu_family
+    from cubicml_lab.hardware import _GPU_PEAK_TFLOPS, _gpu_family
 
     assert _gpu_family("NVIDIA H100 80GB HBM3") == "H100 SXM"
     assert _gpu_family("NVIDIA H100 PCIe") == "H100 PCIe"

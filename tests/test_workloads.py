@@ -32,11 +32,12 @@ def losses(config: dict, steps: int) -> list[float]:
 
 # ------------------------------------------------------------------------- registry and knobs
 def test_registry() -> None:
-    assert names() == ["gpt"]
+    assert names() == ["dlrm", "gpt"]
     assert get("gpt").name == "gpt" and get("gpt").units == "tokens" and get("gpt").version
+    assert get("dlrm").name == "dlrm" and get("dlrm").units == "samples"
     with pytest.raises(ConfigError, match="'bert'") as err:
         get("bert")
-    assert "gpt" in str(err.value)
+    assert "gpt" in str(err.value) and "dlrm" in str(err.value)
 
 
 def test_default_config_lists_every_knob() -> None:
@@ -45,7 +46,9 @@ def test_default_config_lists_every_knob() -> None:
     assert set(defaults) == set(wl.knobs()) == set(KNOBS)
     expected = {"d_model": 128, "n_layers": 2, "n_heads": 4, "seq_len": 128, "vocab": 2048,
                 "mlp_ratio": 4, "micro_batch": 8, "grad_accum": 1, "precision": "fp32",
-                "recompute": "none", "compile": False, "threads": 0, "lr": 3e-4, "seed": 0}
+                "recompute": "none", "compile": False, "fused_optimizer": False, "dp_replicate": 1,
+                "dp_shard": -1, "tp": 1, "reshard_after_forward": True, "threads": 0,
+                "lr": 3e-4, "seed": 0}
     assert defaults == expected
     assert wl.resolve({}) == defaults and wl.resolve(None) == defaults
     assert all(knob.doc for knob in wl.knobs().values())

@@ -7,11 +7,11 @@ launcher is how the same notebook moves from a laptop to a GPU box or a cluster:
   peak memory is the process's lifetime high-water mark.
 * :class:`Subprocess`: a fresh ``python -m cubicml_lab.trial`` per trial, in its own process
   group, with a timeout and an optional address-space cap; honest per-trial peak memory.
+* :class:`Torchrun`: the same, as a multi-process job under ``torchrun`` (gloo on CPU, NCCL on
+  CUDA; several nodes through a static rendezvous); the workload parallelises itself.
 
-Launchers planned on the same interface (not written yet): ``Torchrun`` (multi-process,
-multi-GPU, multi-node, through ``torchrun`` running the same trial entry point) and ``Slurm``
-(a job per trial through submitit). Each implements :meth:`Launcher.run` and
-:meth:`Launcher.describe`.
+A Slurm launcher (a job per trial through submitit) is planned on the same interface: each
+implements :meth:`Launcher.run` and :meth:`Launcher.describe`.
 
 Importing this package imports no torch.
 """
@@ -24,11 +24,12 @@ from ..errors import ConfigError, MeasurementError
 from .base import Launcher
 from .inprocess import InProcess
 from .subprocess import Subprocess
+from .torchrun import Torchrun
 
 if TYPE_CHECKING:
     from ..measure import TrialResult
 
-__all__ = ["InProcess", "Launcher", "Subprocess", "measure"]
+__all__ = ["InProcess", "Launcher", "Subprocess", "Torchrun", "measure"]
 
 
 def measure(
@@ -82,7 +83,9 @@ def measure(
             hint="pass cml.launch.InProcess() or cml.launch.Subprocess(...)",
         )
     config = dict(config or {})
-    get(workload).resolve(config)  # raises ConfigError naming an unknown knob or a bad value
+    spec_workload = get(workload)
+    spec_workload.resolve(config)  # raises ConfigError naming an unknown knob or a bad value
+    spec_workload.check_world(config, launcher.world_size)  # parallel degrees vs processes
     try:
         MeasureOptions.from_dict(measure_options)
     except MeasurementError as err:

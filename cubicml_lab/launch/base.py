@@ -107,6 +107,11 @@ class Launcher(abc.ABC):
             LaunchError: The trial could not be started at all.
         """
 
+    @property
+    def world_size(self) -> int:
+        """Processes (devices) each trial runs on; 1 unless the launcher starts a job."""
+        return 1
+
     @abc.abstractmethod
     def describe(self) -> dict[str, Any]:
         """Return ``{"kind": <name>, **options}`` as plain JSON, for the campaign record."""

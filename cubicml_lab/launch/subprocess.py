@@ -42,6 +42,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError, LaunchError, MeasurementError
@@ -53,6 +54,7 @@ if TYPE_CHECKING:
 __all__ = ["Subprocess"]
 
 _TERM_GRACE_S = 5.0  # seconds between SIGTERM and SIGKILL on a timeout
+_RESULT_GRACE_S = 15.0  # seconds a job may take to exit once a result is written
 _STDERR_TAIL_LINES = 40
 _POLL_MAX_S = 0.02  # longest sleep between checks whether the child has exited
 _MEMORY_WORDS = re.compile(
@@ -146,10 +148,9 @@ class Subprocess(Launcher):
     def _child_env(self) -> dict[str, str]:
         env = dict(os.environ)
         if _PACKAGE_ROOT.name not in ("site-packages", "dist-packages"):
-            parts = [str(_PACKAGE_ROOT)] + [
-                p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p != str(_PACKAGE_ROOT)
-            ]
-            env["PYTHONPATH"] = os.pathsep.join(parts)
+            root = str(_PACKAGE_ROOT)
+            rest = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p != root]
+            env["PYTHONPATH"] = os.pathsep.join([root, *rest])
         env.setdefault("PYTHONFAULTHANDLER", "1")  # a native crash prints a Python traceback
         env.update(self.env)
         return env
@@ -200,7 +201,13 @@ class Subprocess(Launcher):
                     ) from exc
             timed_out = False
             try:
-                if not _wait_exited(proc, self.timeout_s):
+                outcome = _wait_exited(proc, self.timeout_s, lambda: _results_in(tmp))
+                if outcome == "result":  # a result is written: give the rest a moment to exit
+                    outcome = _wait_exited(proc, _RESULT_GRACE_S)
+                    if outcome == "timeout":
+                        _signal_group(proc.pid, signal.SIGTERM)
+                        _wait_exited(proc, _TERM_GRACE_S)
+                elif outcome == "timeout":
                     timed_out = True
                     _signal_group(proc.pid, signal.SIGTERM)
                     _wait_exited(proc, _TERM_GRACE_S)
@@ -226,15 +233,17 @@ class Subprocess(Launcher):
         from ..measure import TrialResult
 
         tail = _tail(stderr_path, _STDERR_TAIL_LINES)
-        if os.path.exists(result_path):
-            text = Path(result_path).read_text(encoding="utf-8", errors="replace")
+        written = _results_in(os.path.dirname(result_path))
+        if written:
             try:
-                return TrialResult.from_json(text)
+                by_rank = {rank: TrialResult.from_json(Path(path).read_text(
+                    encoding="utf-8", errors="replace")) for rank, path in written.items()}
             except (ValueError, TypeError, KeyError, MeasurementError) as exc:
                 return self._failure(
                     spec, "failed", wall_s, f"the trial's result file is not valid JSON for a "
                     f"TrialResult ({type(exc).__name__}: {exc}); exit code {returncode}", tail
                 )
+            return _merge_ranks(by_rank)
         if timed_out:
             message = (
                 f"timed out after {wall_s:.1f} s (timeout_s = {self.timeout_s:g}); "
@@ -257,42 +266,63 @@ class Subprocess(Launcher):
     def _failure(
         self, spec: dict[str, Any], status: str, wall_s: float, message: str, tail: str
     ) -> TrialResult:
-        from ..measure import TrialResult, hardware_info
+        from ..measure import failure_result
 
         error = message if not tail else f"{message}\n--- last lines of stderr ---\n{tail}"
-        # The host as seen from here; never hardware_info("cuda"), which would create a CUDA
-        # context in the launching process.
-        hardware = {**hardware_info("cpu"), "device": spec.get("device") or "cpu"}
-        return TrialResult(
-            status=status,
-            metrics={},
-            hardware=hardware,
-            error=error,
-            workload=spec["workload"],
-            config=dict(spec.get("config") or {}),
-            wall_s=wall_s,
-        )
+        return failure_result(spec, status, error, wall_s=wall_s)
 
 
-def _wait_exited(proc: subprocess.Popen[bytes], timeout_s: float) -> bool:
-    """Wait up to ``timeout_s`` for ``proc`` to exit *without reaping it*.
+def _wait_exited(proc: subprocess.Popen[bytes], timeout_s: float,
+                 ready: Callable[[], Any] | None = None) -> str:
+    """Wait up to ``timeout_s`` for ``proc`` to exit *without reaping it*, or for ``ready()``.
 
     An unreaped (zombie) leader keeps its pid, hence its process-group id, reserved, so a later
     ``killpg`` cannot hit an unrelated group that reused the number.
 
     Returns:
-        True if the process has exited, False on timeout.
+        ``"exited"``, ``"result"`` (``ready()`` was true first) or ``"timeout"``.
     """
     deadline = time.monotonic() + timeout_s
     delay = 0.001
     while True:
         if _has_exited(proc):
-            return True
+            return "exited"
+        if ready is not None and ready():
+            return "result"
         remaining = deadline - time.monotonic()
         if remaining <= 0:
-            return False
+            return "timeout"
         time.sleep(min(delay, remaining))
-        delay = min(2 * delay, _POLL_MAX_S)
+        delay = min(2 * delay, _POLL_MAX_S if ready is None else 0.2)
+
+
+def _results_in(directory: str) -> dict[int, str]:
+    """Result files in a trial directory by rank: ``result.json`` (rank 0) and
+    ``result.json.rank<N>`` (a failed rank N of a multi-process trial)."""
+    found: dict[int, str] = {}
+    for name in os.listdir(directory):
+        if name == "result.json":
+            found[0] = os.path.join(directory, name)
+        elif name.startswith("result.json.rank") and name[16:].isdigit():
+            found[int(name[16:])] = os.path.join(directory, name)
+    return found
+
+
+def _merge_ranks(by_rank: dict[int, TrialResult]) -> TrialResult:
+    """One result from the ranks that wrote one: an out-of-memory rank's if any (its peers'
+    errors are only the consequence), else rank 0's, else the lowest rank's; the other ranks'
+    statuses and first error lines are appended to its error."""
+    from dataclasses import replace
+
+    oom = sorted(r for r, res in by_rank.items() if res.status == "oom")
+    chosen = oom[0] if oom else min(by_rank)
+    result = by_rank[chosen]
+    others = [f"rank {r}: {res.status}: {(res.error or '').splitlines()[0] if res.error else ''}"
+              for r, res in sorted(by_rank.items()) if r != chosen]
+    if not others:
+        return result
+    error = (result.error or "") + "\n--- other ranks ---\n" + "\n".join(others)
+    return replace(result, error=error)
 
 
 def _has_exited(proc: subprocess.Popen[bytes]) -> bool:

@@ -10,13 +10,14 @@ config, an exception, running out of memory or a non-finite loss become a result
 Example:
     >>> from cubicml_lab import workloads
     >>> workloads.names()
-    ['gpt']
+    ['dlrm', 'gpt']
     >>> workloads.get("gpt").default_config()["d_model"]
     128
 """
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import importlib
 import math
@@ -26,11 +27,13 @@ import traceback
 from typing import Any
 
 from ..errors import ConfigError
+from ..hardware import GpuTelemetry
 from ..measure import (
     MeasureOptions,
     TrialResult,
     device_peak_flops,
     hardware_info,
+    host_record,
     make_timer,
     peak_memory_gib,
     reset_peak_memory,
@@ -38,10 +41,12 @@ from ..measure import (
     time_steps,
 )
 from .base import Built, Knob, Workload
+from .parallel import World, close_world, init_world
 
 __all__ = ["Built", "Knob", "Workload", "get", "names", "run_trial"]
 
-_REGISTRY: dict[str, tuple[str, str]] = {"gpt": ("cubicml_lab.workloads.gpt", "GPTWorkload")}
+_REGISTRY: dict[str, tuple[str, str]] = {"dlrm": ("cubicml_lab.workloads.dlrm", "DLRMWorkload"),
+                                         "gpt": ("cubicml_lab.workloads.gpt", "GPTWorkload")}
 _OOM_TEXT = ("out of memory", "can't allocate memory", "cannot allocate memory")
 
 
@@ -115,6 +120,7 @@ def run_trial(spec: dict[str, Any]) -> TrialResult:
     config: Any = spec.get("config") if ok_spec else None
     version, hardware, saved_threads = "", {}, None
     status, metrics, error = "failed", {}, None
+    world = World(device=str(device))
     try:
         if not ok_spec or not isinstance(config if config is not None else {}, dict):
             raise ConfigError(f"a trial spec is a dict with a 'config' dict, got {spec!r:.200}",
@@ -125,35 +131,46 @@ def run_trial(spec: dict[str, Any]) -> TrialResult:
         config = workload.resolve(config)
         options = MeasureOptions.from_dict(spec.get("measure"))
         device = _check_device(device)
+        world = init_world(device)
+        device = world.device
+        workload.check_world(config, world.world_size)
         import torch
 
         if config.get("threads"):
             saved_threads = torch.get_num_threads()
             torch.set_num_threads(int(config["threads"]))
-        hardware = hardware_info(device)
+        hardware = {**hardware_info(device), **world.describe(), "rank": world.rank}
         peak_flops = device_peak_flops(device, config.get("precision", "fp32"))
         reset_peak_memory(device)
-        built = workload.build(config, device)
+        built = workload.build(config, device, world)
+        hardware["parallel"] = dict(built.parallel)
         last: list[Any] = [None]
 
         def step() -> None:
             last[0] = built.step()
 
-        timing = time_steps(step, sync=built.sync, options=options,
-                            timer=make_timer(device, built.sync))
-        loss = float(last[0])
+        telemetry = GpuTelemetry(device) if device.startswith("cuda") else contextlib.nullcontext()
+        with telemetry:
+            timing = time_steps(step, sync=built.sync, options=options,
+                                timer=make_timer(device, built.sync),
+                                reduce=world.max if world.distributed else None)
+        if isinstance(telemetry, GpuTelemetry):
+            hardware.update(telemetry.summary())
+        loss = world.mean(float(last[0]))
         if not math.isfinite(loss):
             error = (f"loss is not finite ({loss}) after {timing.warmup_steps} warm-up and "
                      f"{timing.steps_timed} timed steps: training diverged (lr = "
                      f"{config.get('lr')!r}?); the step time of a diverged run is not reported")
         else:
             metrics = summarize(timing, built.units_per_step, built.flops_per_step, peak_flops,
-                                units=workload.units)
-            metrics.update(peak_mem_gib=peak_memory_gib(device), loss=loss,
+                                built.n_devices, units=workload.units)
+            metrics.update(peak_mem_gib=world.max(peak_memory_gib(device)), loss=loss,
                            model_params=float(built.model_params))
             status = "ok"
     except Exception as err:  # noqa: BLE001 - a trial's failure is data, never an exception
         error = _error_text(err)
+        if world.distributed:
+            error = f"rank {world.rank} of {world.world_size}: {error}"
         if _is_oom(err):
             status = "oom"
             try:
@@ -170,13 +187,10 @@ def run_trial(spec: dict[str, Any]) -> TrialResult:
             torch_mod.cuda.empty_cache()
         if saved_threads is not None:
             torch_mod.set_num_threads(saved_threads)
+        if status == "ok":  # after a failure, peers may be stuck in a collective: do not wait
+            close_world(world)
     if not hardware:
-        try:
-            hardware = hardware_info(device if isinstance(device, str) else "cpu")
-        except Exception as err:  # noqa: BLE001 - keep at least the host name
-            import socket
-
-            hardware = {"hostname": socket.gethostname(), "hardware_error": repr(err)}
+        hardware = host_record(device)
     return TrialResult(status=status, metrics=metrics, hardware=hardware, error=error,
                        workload=name, workload_version=version,
                        config=config if isinstance(config, dict) else {},

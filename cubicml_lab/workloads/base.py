@@ -12,10 +12,13 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
+
+if TYPE_CHECKING:
+    from .parallel import World
 
 __all__ = ["Built", "Knob", "Workload"]
 
@@ -93,6 +96,9 @@ class Built:
         sync: Blocks until queued device work is done (``None`` on CPU).
         model_params: Parameters of the model (each tied weight counted once).
         precision: Precision the matmuls run in (``"fp32"``, ``"bf16"``...), for the peak FLOP/s.
+        n_devices: Devices (processes) the step runs on; units and FLOPs are their total.
+        parallel: How the job is split, for the record (e.g. ``{"dp_shard": 2, "tp": 1,
+            "strategy": "fsdp"}``); empty for one process.
     """
 
     step: Callable[[], Any]
@@ -102,6 +108,8 @@ class Built:
     sync: Callable[[], None] | None
     model_params: int
     precision: str = "fp32"
+    n_devices: int = 1
+    parallel: dict[str, Any] = field(default_factory=dict)
 
 
 class Workload(ABC):
@@ -120,8 +128,16 @@ class Workload(ABC):
         """Every knob by name."""
 
     @abstractmethod
-    def build(self, config: Mapping[str, Any], device: str) -> Built:
-        """Build the model, data and optimizer on ``device`` (``config`` is resolved first)."""
+    def build(self, config: Mapping[str, Any], device: str, world: World | None = None) -> Built:
+        """Build the model, data and optimizer on ``device`` (``config`` is resolved first).
+
+        ``world`` is this process's place in a multi-process job (``None``: a single process);
+        the workload parallelises itself over it, and ``Built.units_per_step`` and
+        ``flops_per_step`` count every rank.
+        """
+
+    def check_world(self, config: Mapping[str, Any], world_size: int) -> None:
+        """Raise ConfigError if ``config`` cannot run on ``world_size`` processes. Default: any."""
 
     def check(self, config: dict[str, Any]) -> None:
         """Rules across knobs (e.g. heads divide the width); raise ConfigError. Default: none."""

@@ -43,6 +43,7 @@ from typing import Any
 
 from ..errors import ConfigError
 from .base import Built, Knob, Workload
+from .parallel import DEGREE_NAMES, World, resolve_degrees
 
 __all__ = ["FLOPS_CONVENTION", "GPT", "KNOBS", "GPTWorkload", "flops_per_step"]
 
@@ -61,7 +62,17 @@ KNOBS: dict[str, Knob] = {
                       doc="fp32, or bf16 autocast (weights and optimizer stay fp32)"),
     "recompute": Knob(default="none", type=str, choices=("none", "selective", "full"),
                       doc="activation recomputation: none, selective (MLPs), full (blocks)"),
-    "compile": Knob(default=False, type=bool, doc="torch.compile the model"),
+    "compile": Knob(default=False, type=bool, doc="torch.compile each block"),
+    "fused_optimizer": Knob(default=False, type=bool,
+                            doc="AdamW's fused kernel (True) or its foreach one (False)"),
+    "dp_replicate": Knob(default=1, type=int, low=1, doc="data-parallel replicas (DDP; HSDP's "
+                         "outer dimension with dp_shard or tp > 1)"),
+    "dp_shard": Knob(default=-1, type=int, low=-1, doc="FSDP2 shards; -1: the world size over "
+                     "dp_replicate x tp"),
+    "tp": Knob(default=1, type=int, low=1, doc="tensor-parallel degree (must divide n_heads)"),
+    "reshard_after_forward": Knob(default=True, type=bool,
+                                  doc="FSDP2 frees gathered weights after forward (ZeRO-3) or "
+                                      "keeps them until backward (ZeRO-2)"),
     "threads": Knob(default=0, type=int, low=0, unit="threads",
                     doc="torch CPU threads; 0 leaves torch's default"),
     "lr": Knob(default=3e-4, type=float, low=0.0, doc="AdamW learning rate"),
@@ -99,10 +110,13 @@ def _model_class() -> type:
 
         def forward(self, x: torch.Tensor) -> torch.Tensor:  # x: (B, T, d)
             b, t, d = x.shape
-            q, k, v = (z.view(b, t, self.heads, d // self.heads).transpose(1, 2)
-                       for z in self.qkv(x).split(d, dim=2))  # each (B, heads, T, d/heads)
+            hd = d // self.heads
+            # qkv's output rows are head-major ([q_h; k_h; v_h] per head), so a tensor-parallel
+            # column shard holds whole heads; -1 is the heads on this rank.
+            qkv = self.qkv(x).view(b, t, -1, 3, hd)
+            q, k, v = (z.transpose(1, 2) for z in qkv.unbind(3))  # each (B, heads, T, hd)
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-            return self.proj(y.transpose(1, 2).reshape(b, t, d))
+            return self.proj(y.transpose(1, 2).reshape(b, t, -1))
 
     class MLP(nn.Module):
         def __init__(self, d: int, ratio: int) -> None:
@@ -168,44 +182,64 @@ class GPTWorkload(Workload):
     """Decoder-only transformer LM on synthetic tokens; units are tokens."""
 
     name = "gpt"
-    version = "1"
+    # 2: head-major qkv rows (for tensor parallelism), parallel knobs, compile per block
+    version = "2"
     units = "tokens"
 
     def knobs(self) -> dict[str, Knob]:
         return dict(KNOBS)
 
     def check(self, config: dict[str, Any]) -> None:
-        if config["d_model"] % config["n_heads"]:
-            divisors = [h for h in range(1, min(config["d_model"], 64) + 1)
-                        if config["d_model"] % h == 0]
-            raise ConfigError(
-                f"n_heads = {config['n_heads']} does not divide d_model = {config['d_model']}",
-                hint=f"choose n_heads among {divisors} or change d_model")
+        d, heads, tp = config["d_model"], config["n_heads"], config["tp"]
+        if d % heads:
+            divisors = [h for h in range(1, min(d, 64) + 1) if d % h == 0]
+            raise ConfigError(f"n_heads = {heads} does not divide d_model = {d}",
+                              hint=f"choose n_heads among {divisors} or change d_model")
+        if heads % tp:
+            raise ConfigError(f"tp = {tp} does not divide n_heads = {heads}: tensor parallelism "
+                              "gives each rank whole heads", hint="choose tp dividing n_heads")
+        if config["dp_shard"] == 0:
+            raise ConfigError("dp_shard = 0 is not allowed: must be >= 1 or -1 (auto)",
+                              hint="dp_shard = -1 takes whatever the world size leaves")
 
-    def build(self, config: Mapping[str, Any], device: str) -> Built:
+    def check_world(self, config: Mapping[str, Any], world_size: int) -> None:
+        resolve_degrees(self.resolve(config), world_size)
+
+    def build(self, config: Mapping[str, Any], device: str, world: World | None = None) -> Built:
         """Model, fixed synthetic micro-batches and AdamW on ``device``; see the module doc."""
         import contextlib
 
         import torch
 
         cfg = self.resolve(config)
+        world = world if world is not None else World(device=device)
+        deg = resolve_degrees(cfg, world.world_size)
+        dp_size = deg["dp_replicate"] * deg["dp_shard"]
         dev = torch.device(device)
         with torch.random.fork_rng(devices=[]):  # seed the weights without touching global RNG
             torch.manual_seed(cfg["seed"])
             model = GPT(cfg)
         model.to(dev).train()
         n_params = sum(p.numel() for p in model.parameters())
-        gen = torch.Generator(device=dev).manual_seed(cfg["seed"])
+        if cfg["compile"]:
+            for block in model.blocks:
+                block.compile()
+        model, strategy = _parallelize(model, cfg, world, deg)
+        dp_rank = world.rank // deg["tp"]  # ranks of one tensor-parallel group share their data
+        gen = torch.Generator(device=dev).manual_seed(cfg["seed"] + 1_000_003 * dp_rank)
         batches = []
         for _ in range(cfg["grad_accum"]):
             seq = torch.randint(0, cfg["vocab"], (cfg["micro_batch"], cfg["seq_len"] + 1),
                                 generator=gen, device=dev)
             batches.append((seq[:, :-1], seq[:, 1:]))
-        cuda = dev.type == "cuda"
-        impl = {"fused": True} if cuda else {"foreach": True}
-        opt = torch.optim.AdamW(model.parameters(), lr=cfg["lr"], betas=(0.9, 0.95),
-                                weight_decay=0.1, **impl)
-        fwd = torch.compile(model) if cfg["compile"] else model
+        impl = {"fused": True} if cfg["fused_optimizer"] else {"foreach": True}
+        # One param group per tensor class: foreach/fused kernels cannot mix tensor-parallel
+        # DTensors with the plain tensors of the unsplit layers (norms, embeddings).
+        kinds: dict[str, list[Any]] = {}
+        for param in model.parameters():
+            kinds.setdefault(type(param).__name__, []).append(param)
+        opt = torch.optim.AdamW([{"params": ps} for ps in kinds.values()], lr=cfg["lr"],
+                                betas=(0.9, 0.95), weight_decay=0.1, **impl)
         bf16 = cfg["precision"] == "bf16"
 
         def autocast() -> Any:
@@ -213,17 +247,73 @@ class GPTWorkload(Workload):
                 return torch.autocast(device_type=dev.type, dtype=torch.bfloat16)
             return contextlib.nullcontext()
 
+        def no_sync(last: bool) -> Any:  # reduce gradients once per step, not per micro-batch
+            if strategy == "ddp" and not last:
+                return model.no_sync()
+            if strategy == "fsdp":
+                model.set_requires_gradient_sync(last)
+            return contextlib.nullcontext()
+
         def step() -> Any:
-            for x, y in batches:
-                with autocast():
-                    loss = fwd(x, y)
-                (loss / cfg["grad_accum"]).backward()
+            for i, (x, y) in enumerate(batches):
+                with no_sync(i == len(batches) - 1), autocast():
+                    loss = model(x, y)
+                    (loss / cfg["grad_accum"]).backward()
             opt.step()
             opt.zero_grad(set_to_none=True)
             return loss.detach()
 
-        sync = (lambda: torch.cuda.synchronize(dev)) if cuda else None
-        tokens = cfg["micro_batch"] * cfg["seq_len"] * cfg["grad_accum"]
+        sync = (lambda: torch.cuda.synchronize(dev)) if dev.type == "cuda" else None
+        tokens = cfg["micro_batch"] * cfg["seq_len"] * cfg["grad_accum"] * dp_size
         return Built(step=step, units_per_step=tokens,
-                     flops_per_step=flops_per_step(cfg), flops_convention=FLOPS_CONVENTION,
-                     sync=sync, model_params=n_params, precision=cfg["precision"])
+                     flops_per_step=flops_per_step(cfg) * dp_size,
+                     flops_convention=FLOPS_CONVENTION, sync=sync, model_params=n_params,
+                     precision=cfg["precision"], n_devices=world.world_size,
+                     parallel={**deg, "strategy": strategy})
+
+
+def _parallelize(model: Any, cfg: Mapping[str, Any], world: World, deg: dict[str, int]
+                 ) -> tuple[Any, str]:
+    """Apply the parallelism the degrees ask for; return the model and ``strategy``.
+
+    ``strategy``: ``"single"`` (one process), ``"ddp"`` (``dp_replicate`` only),
+    ``"tp"`` (tensor parallel only), or ``"fsdp"``: FSDP2 ``fully_shard`` of each block and the
+    root over the data-parallel mesh, 1-D (``dp_shard``) or 2-D HSDP (``dp_replicate`` x
+    ``dp_shard``), on top of tensor parallelism when ``tp > 1``. Tensor parallelism splits
+    each block's qkv and MLP-up matmuls by columns and the two output projections by rows
+    (``parallelize_module``), Megatron-style; embeddings, norms and the tied LM head stay whole.
+    """
+    if not world.distributed:
+        return model, "single"
+    import torch
+
+    cuda = world.device.startswith("cuda")
+    r, s, t = deg["dp_replicate"], deg["dp_shard"], deg["tp"]
+    if s == 1 and t == 1:
+        from torch.nn.parallel import DistributedDataParallel
+
+        ids = [torch.device(world.device).index] if cuda else None
+        return DistributedDataParallel(model, device_ids=ids), "ddp"
+    from torch.distributed.device_mesh import init_device_mesh
+
+    mesh = init_device_mesh("cuda" if cuda else "cpu", (r, s, t), mesh_dim_names=DEGREE_NAMES)
+    if t > 1:
+        from torch.distributed.tensor.parallel import (
+            ColwiseParallel,
+            RowwiseParallel,
+            parallelize_module,
+        )
+
+        plan = {"attn.qkv": ColwiseParallel(), "attn.proj": RowwiseParallel(),
+                "mlp.fc": ColwiseParallel(), "mlp.proj": RowwiseParallel()}
+        for block in model.blocks:
+            parallelize_module(block, mesh["tp"], plan)
+        if r * s == 1:
+            return model, "tp"
+    from torch.distributed.fsdp import fully_shard
+
+    dp_mesh = mesh["dp_replicate", "dp_shard"] if r > 1 else mesh["dp_shard"]
+    for block in model.blocks:
+        fully_shard(block, mesh=dp_mesh, reshard_after_forward=cfg["reshard_after_forward"])
+    fully_shard(model, mesh=dp_mesh, reshard_after_forward=cfg["reshard_after_forward"])
+    return model, "fsdp"

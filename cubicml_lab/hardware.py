@@ -1,0 +1,341 @@
+"""The machine a trial runs on: its description, peak memory, and the device's peak FLOP/s.
+
+* :func:`hardware_info`: CPU model and threads, torch/Python versions, host name and, on CUDA,
+  the GPU's name, count, memory, CUDA version and driver.
+* :class:`GpuTelemetry`: samples SM clock, power draw and throttle reasons of a CUDA device in a
+  background thread while steps are timed (read-only: the device's settings are never changed).
+* :func:`peak_memory_gib` / :func:`reset_peak_memory`: CUDA allocator statistics, or the
+  process's high-water resident set size on CPU.
+* :func:`device_peak_flops`: a datasheet table for A100/H100/H200 by precision; on CPU a matmul
+  micro-benchmark run once and cached.
+
+Importing this module imports no torch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import socket
+import sys
+import time
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from .errors import MeasurementError
+
+__all__ = ["GpuTelemetry", "device_peak_flops", "hardware_info", "host_record", "parse_smi_sample",
+           "peak_memory_gib", "reset_peak_memory", "summarize_telemetry"]
+
+
+def peak_memory_gib(device: str = "cpu") -> float:
+    """Peak memory since the last :func:`reset_peak_memory`, in GiB (2**30 bytes).
+
+    CUDA: ``torch.cuda.max_memory_allocated`` (tensors; excludes the allocator's cache and the
+    CUDA context). CPU: the process's high-water resident set size (``ru_maxrss``: KiB on Linux,
+    bytes on macOS), which counts the interpreter and torch itself (a few hundred MiB).
+    """
+    if str(device).startswith("cuda"):
+        import torch
+
+        return torch.cuda.max_memory_allocated(torch.device(device)) / 2**30
+    import resource
+
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return rss / 2**30 if sys.platform == "darwin" else rss / 2**20
+
+
+def reset_peak_memory(device: str = "cpu") -> bool:
+    """Start a new peak-memory period; return whether the platform allowed it.
+
+    CUDA: ``torch.cuda.reset_peak_memory_stats``. CPU (Linux): writes ``5`` to
+    ``/proc/self/clear_refs``, which resets the high-water RSS to the current RSS; elsewhere the
+    peak stays the process's lifetime peak and ``False`` is returned.
+    """
+    if str(device).startswith("cuda"):
+        import torch
+
+        torch.cuda.reset_peak_memory_stats(torch.device(device))
+        return True
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+        return True
+    except OSError:
+        return False
+
+
+@lru_cache(maxsize=1)
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.lower().startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown"
+
+
+@lru_cache(maxsize=1)
+def _nvidia_driver() -> str | None:
+    import subprocess
+
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=10, check=True)
+        return out.stdout.strip().splitlines()[0] or None
+    except (OSError, subprocess.SubprocessError, IndexError):
+        return None
+
+
+def hardware_info(device: str = "cpu") -> dict[str, Any]:
+    """Describe this machine: CPU, threads, versions and, for a CUDA device, the GPU.
+
+    Returns:
+        ``device, cpu_model, cpu_count, torch_threads, torch_version, python_version, hostname,
+        platform``; for ``cuda[:N]`` also ``gpu_name, gpu_count, gpu_mem_gib, cuda_version,
+        driver`` (``None`` when nvidia-smi is not available).
+    """
+    import torch
+
+    info: dict[str, Any] = {
+        "device": str(device), "cpu_model": _cpu_model(), "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(), "torch_version": torch.__version__,
+        "python_version": platform.python_version(), "hostname": socket.gethostname(),
+        "platform": platform.platform(),
+    }
+    if str(device).startswith("cuda") and torch.cuda.is_available():
+        props = torch.cuda.get_device_properties(torch.device(device))
+        info.update(gpu_name=props.name, gpu_count=torch.cuda.device_count(),
+                    gpu_mem_gib=props.total_memory / 2**30, cuda_version=torch.version.cuda,
+                    driver=_nvidia_driver())
+    return info
+
+
+def host_record(device: str = "cpu") -> dict[str, Any]:
+    """:func:`hardware_info`, or at least the host name (and why) when that fails."""
+    try:
+        return hardware_info(device if isinstance(device, str) else "cpu")
+    except Exception as err:  # noqa: BLE001 - the host name still identifies the machine
+        return {"hostname": socket.gethostname(), "device": str(device),
+                "hardware_error": repr(err)}
+
+
+# Dense (no sparsity) peak FLOP/s per GPU from NVIDIA's public datasheets: A100 (SXM4 and PCIe):
+# 312 TFLOPS BF16/FP16 tensor, 156 TF32 tensor, 19.5 FP32. H100 SXM5: 989.4 BF16/FP16, 494.7
+# TF32, 66.9 FP32; H100 PCIe: 756 / 378 / 51; H100 NVL: 835 / 418 / 60 (the datasheets print
+# twice these tensor figures "with sparsity"). H200 SXM: as H100 SXM; H200 NVL: as H100 NVL.
+# "fp32" is the non-tensor-core peak: the gpt workload leaves TF32 off (torch's default).
+_GPU_PEAK_TFLOPS: dict[str, dict[str, float]] = {
+    "A100": {"bf16": 312.0, "fp16": 312.0, "tf32": 156.0, "fp32": 19.5},
+    "H100 SXM": {"bf16": 989.4, "fp16": 989.4, "tf32": 494.7, "fp32": 66.9},
+    "H100 PCIe": {"bf16": 756.0, "fp16": 756.0, "tf32": 378.0, "fp32": 51.0},
+    "H100 NVL": {"bf16": 835.0, "fp16": 835.0, "tf32": 418.0, "fp32": 60.0},
+    "H200 SXM": {"bf16": 989.4, "fp16": 989.4, "tf32": 494.7, "fp32": 66.9},
+    "H200 NVL": {"bf16": 835.0, "fp16": 835.0, "tf32": 418.0, "fp32": 60.0},
+}
+
+
+def _gpu_family(name: str) -> str | None:
+    """Table row of a CUDA device name, e.g. 'NVIDIA H100 80GB HBM3' -> 'H100 SXM'."""
+    n = name.upper()
+    for chip in ("H200", "H100"):
+        if chip in n:
+            form = "NVL" if "NVL" in n else ("PCIe" if "PCIE" in n else "SXM")
+            return f"{chip} {form}"
+    return "A100" if "A100" in n else None
+
+
+def _cache_dir() -> Path:
+    return Path(os.environ.get("CUBICML_LAB_CACHE_DIR") or Path.home() / ".cache" / "cubicml_lab")
+
+
+def _bench_matmul_flops(precision: str, n: int = 1024, seconds: float = 0.5) -> float:
+    """Best FLOP/s of ``n x n`` matmuls over 5 slices of ``seconds``, current torch threads."""
+    import torch
+
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision, torch.float32)
+    gen = torch.Generator().manual_seed(0)
+    a, b = (torch.randn(n, n, generator=gen).to(dtype) for _ in range(2))
+    c = torch.empty(n, n, dtype=dtype)
+    for _ in range(2):
+        torch.mm(a, b, out=c)
+    best = 0.0
+    for _ in range(5):
+        count, t0 = 0, time.perf_counter()
+        while (elapsed := time.perf_counter() - t0) < seconds / 5:
+            torch.mm(a, b, out=c)
+            count += 1
+        best = max(best, 2.0 * n**3 * count / elapsed)
+    return best
+
+
+def device_peak_flops(device: str = "cpu", precision: str = "fp32") -> float | None:
+    """Peak FLOP/s of one device at ``precision`` ("fp32", "tf32", "bf16", "fp16"), or None.
+
+    CUDA: the datasheet table above for A100/H100/H200 (None for other GPUs, so MFU is NaN).
+    CPU: *measured*, not a datasheet figure: the best rate of 1024 x 1024 matmuls in that dtype
+    ("tf32" means fp32) over about 0.5 s with the current torch thread count, run once and cached
+    in ``$CUBICML_LAB_CACHE_DIR/cpu_peak.json`` (default ``~/.cache/cubicml_lab``) keyed by CPU
+    model, threads and precision. CPU MFU is therefore relative to what torch's own matmul
+    reaches on this machine, and can be compared across configs on the same machine only.
+    """
+    if precision not in ("fp32", "tf32", "bf16", "fp16"):
+        raise MeasurementError(f"precision = {precision!r} is not one of fp32, tf32, bf16, fp16",
+                               hint="pass the precision the matmuls run in")
+    if str(device).startswith("cuda"):
+        import torch
+
+        family = _gpu_family(torch.cuda.get_device_name(torch.device(device)))
+        return None if family is None else _GPU_PEAK_TFLOPS[family][precision] * 1e12
+    import torch
+
+    prec = "fp32" if precision == "tf32" else precision
+    key = f"{_cpu_model()}|threads={torch.get_num_threads()}|{prec}"
+    path = _cache_dir() / "cpu_peak.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_suffix(".lock"), "a") as lock:
+        try:
+            import fcntl
+
+            fcntl.flock(lock, fcntl.LOCK_EX)  # one benchmark at a time; the others read its result
+        except ImportError:
+            pass
+        try:
+            cache = json.loads(path.read_text())
+        except (OSError, ValueError):
+            cache = {}
+        if isinstance(cache, dict) and isinstance(cache.get(key), dict):
+            return float(cache[key]["flops"])
+        flops = _bench_matmul_flops(prec)
+        cache = cache if isinstance(cache, dict) else {}
+        cache[key] = {"flops": flops, "torch_version": torch.__version__,
+                      "measured_at": time.time()}
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(cache, indent=1, sort_keys=True))
+        os.replace(tmp, path)
+    return flops
+
+
+# ----------------------------------------------------------------------- GPU telemetry
+# NVML clock-event ("throttle") reason bits, as nvidia-smi's clocks_event_reasons.active prints.
+_THROTTLE_BITS = {0x1: "gpu_idle", 0x2: "applications_clocks_setting", 0x4: "sw_power_cap",
+                  0x8: "hw_slowdown", 0x10: "sync_boost", 0x20: "sw_thermal_slowdown",
+                  0x40: "hw_thermal_slowdown", 0x80: "hw_power_brake_slowdown",
+                  0x100: "display_clock_setting"}
+_SMI_FIELDS = "clocks.sm,power.draw,clocks_throttle_reasons.active,temperature.gpu"
+
+
+def parse_smi_sample(line: str) -> dict[str, Any] | None:
+    """One line of ``nvidia-smi --query-gpu=<_SMI_FIELDS> --format=csv,noheader,nounits``.
+
+    Returns:
+        ``{"sm_clock_mhz", "power_w", "throttle_mask", "temperature_c"}`` (a field nvidia-smi
+        reports as ``[N/A]`` is ``None``), or ``None`` for a line that is not such a sample.
+
+    Example:
+        >>> parse_smi_sample("1980, 512.31, 0x0000000000000004, 41")["throttle_mask"]
+        4
+    """
+    parts = [p.strip() for p in line.split(",")]
+    if len(parts) != 4:
+        return None
+
+    def num(text: str, cast: Any) -> Any:
+        try:
+            return cast(text)
+        except ValueError:
+            return None
+
+    sample = {"sm_clock_mhz": num(parts[0], float), "power_w": num(parts[1], float),
+              "throttle_mask": num(parts[2], lambda t: int(t, 16)),
+              "temperature_c": num(parts[3], float)}
+    return sample if any(v is not None for v in sample.values()) else None
+
+
+def summarize_telemetry(samples: list[dict[str, Any]]) -> dict[str, Any]:
+    """Min/median/max SM clock, median/max power, max temperature and every throttle reason seen.
+
+    Returns:
+        ``gpu_samples`` and, where measured, ``gpu_sm_clock_mhz_{min,median,max}``,
+        ``gpu_power_w_{median,max}``, ``gpu_temperature_c_max`` and ``gpu_throttle_reasons`` (the
+        names of every reason bit seen in any sample, ``"gpu_idle"`` included, sorted).
+    """
+    out: dict[str, Any] = {"gpu_samples": len(samples)}
+
+    def col(key: str) -> list[float]:
+        return sorted(s[key] for s in samples if s.get(key) is not None)
+
+    if clocks := col("sm_clock_mhz"):
+        out.update(gpu_sm_clock_mhz_min=clocks[0], gpu_sm_clock_mhz_max=clocks[-1],
+                   gpu_sm_clock_mhz_median=clocks[len(clocks) // 2])
+    if power := col("power_w"):
+        out.update(gpu_power_w_median=power[len(power) // 2], gpu_power_w_max=power[-1])
+    if temps := col("temperature_c"):
+        out["gpu_temperature_c_max"] = temps[-1]
+    mask = 0
+    for s in samples:
+        mask |= s.get("throttle_mask") or 0
+    out["gpu_throttle_reasons"] = sorted(n for bit, n in _THROTTLE_BITS.items() if mask & bit)
+    return out
+
+
+class GpuTelemetry:
+    """Sample a CUDA device's SM clock, power and throttle reasons while a block of code runs.
+
+    A background thread runs ``nvidia-smi`` every ``interval_s`` (read-only queries: the device's
+    settings are never changed). Without nvidia-smi it records nothing and :meth:`summary` says
+    ``gpu_samples: 0``. Use as a context manager around the timed phase.
+
+    Args:
+        device: ``"cuda"`` or ``"cuda:N"`` (as torch numbers devices; mapped to nvidia-smi by UUID).
+        interval_s: Seconds between samples.
+    """
+
+    def __init__(self, device: str = "cuda", interval_s: float = 0.5) -> None:
+        self.device, self.interval_s = device, interval_s
+        self.samples: list[dict[str, Any]] = []
+        self._stop: Any = None
+        self._thread: Any = None
+
+    def _target(self) -> str:
+        import torch
+
+        props = torch.cuda.get_device_properties(torch.device(self.device))
+        uuid = str(getattr(props, "uuid", "") or "")
+        if uuid:
+            return uuid if uuid.startswith("GPU-") else f"GPU-{uuid}"
+        return str(torch.device(self.device).index or 0)
+
+    def _run(self, target: str) -> None:
+        import subprocess
+
+        cmd = ["nvidia-smi", f"--query-gpu={_SMI_FIELDS}", "--format=csv,noheader,nounits",
+               "-i", target]
+        while not self._stop.is_set():
+            try:
+                out = subprocess.run(cmd, capture_output=True, text=True, timeout=5, check=True)
+            except (OSError, subprocess.SubprocessError):
+                return  # no nvidia-smi, or it fails: no telemetry
+            for line in out.stdout.splitlines():
+                if (sample := parse_smi_sample(line)) is not None:
+                    self.samples.append(sample)
+            self._stop.wait(self.interval_s)
+
+    def __enter__(self) -> GpuTelemetry:
+        import threading
+
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(self._target(),), daemon=True,
+                                        name="cubicml-gpu-telemetry")
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    def summary(self) -> dict[str, Any]:
+        """:func:`summarize_telemetry` of the samples taken so far."""
+        return summarize_telemetry(list(self.samples))

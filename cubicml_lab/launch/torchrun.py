@@ -1,0 +1,111 @@
+"""Run each trial as a multi-process job under ``torchrun`` (``torch.distributed.run``).
+
+:class:`Torchrun` is :class:`~cubicml_lab.launch.Subprocess` with a different command: it starts
+``python -m torch.distributed.run ... -m cubicml_lab.trial --spec SPEC --result RESULT``, which
+spawns ``nproc_per_node`` workers on this node. Each worker joins the process group (gloo on CPU,
+NCCL on CUDA, one GPU per worker: ``cuda:LOCAL_RANK``), the workload parallelises itself over the
+ranks (data, fully sharded or tensor parallel, as its config says), and measurement agrees across
+ranks (the slowest rank's time). Rank 0 writes the result; a rank that fails writes its own, and
+the launcher reports an out-of-memory rank before the errors its peers got from losing it.
+
+Everything :class:`Subprocess` does holds per job: the timeout (the torchrun agent gets SIGTERM,
+which it forwards to its workers; workers also die with the agent), the memory limit (applied in
+each worker), crash reports with the tail of the job's stderr (all workers write to it).
+
+Single node (``nnodes=1``, no ``master_addr``): a standalone rendezvous on a free localhost port,
+so several jobs can run side by side. Several nodes: run the same launcher on every node with its
+``node_rank`` and the same ``master_addr``/``master_port`` (static rendezvous, as torchrun's own
+docs describe); only node 0's launcher gets the result, so the others' come back ``failed`` with
+"no result" unless their files are shared. On a Slurm cluster use the Slurm launcher instead.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from ..errors import ConfigError
+from .subprocess import Subprocess
+
+__all__ = ["Torchrun"]
+
+
+def _count(name: str, value: Any, low: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ConfigError(f"Torchrun {name} = {value!r} must be an integer >= {low}",
+                          hint=f"e.g. Torchrun(nproc_per_node=2) on one node; {name} >= {low}")
+    return value
+
+
+class Torchrun(Subprocess):
+    """Run each trial as ``torchrun`` with ``nproc_per_node`` processes per node.
+
+    Args:
+        nproc_per_node: Worker processes on this node (one per GPU on CUDA).
+        nnodes: Nodes in the job.
+        node_rank: This node's rank, 0 .. nnodes - 1.
+        master_addr: Address of node 0; ``None`` on one node (standalone rendezvous).
+        master_port: Port on node 0 (required with ``master_addr``).
+        timeout_s, memory_limit_gib, python, env: As for :class:`Subprocess`; the memory
+            limit applies to each worker.
+
+    Raises:
+        ConfigError: A count is not a positive integer, ``node_rank`` is out of range, or a
+            multi-node job has no ``master_addr``/``master_port``; the message names the field.
+
+    Example:
+        >>> Torchrun(nproc_per_node=2).world_size
+        2
+    """
+
+    def __init__(self, nproc_per_node: int = 2, *, nnodes: int = 1, node_rank: int = 0,
+                 master_addr: str | None = None, master_port: int | None = None,
+                 timeout_s: float = 600, memory_limit_gib: float | None = None,
+                 python: str | os.PathLike[str] | None = None,
+                 env: dict[str, str] | None = None) -> None:
+        super().__init__(timeout_s=timeout_s, memory_limit_gib=memory_limit_gib, python=python,
+                         env=env)
+        self.nproc_per_node = _count("nproc_per_node", nproc_per_node, 1)
+        self.nnodes = _count("nnodes", nnodes, 1)
+        self.node_rank = _count("node_rank", node_rank, 0)
+        if self.node_rank >= self.nnodes:
+            raise ConfigError(f"Torchrun node_rank = {node_rank} must be < nnodes = {nnodes}",
+                              hint="number the nodes 0 .. nnodes - 1")
+        if master_addr is not None and not (isinstance(master_addr, str) and master_addr):
+            raise ConfigError(f"Torchrun master_addr = {master_addr!r} must be a host name",
+                              hint="e.g. master_addr='node001'")
+        if master_port is not None:
+            _count("master_port", master_port, 1)
+            if master_port > 65535:
+                raise ConfigError(f"Torchrun master_port = {master_port} is not a port",
+                                  hint="use a free port in 1024..65535, e.g. 29500")
+        if (self.nnodes > 1 or master_addr is not None) and (master_addr is None
+                                                              or master_port is None):
+            raise ConfigError(
+                f"Torchrun with nnodes = {nnodes} needs master_addr and master_port "
+                f"(got {master_addr!r}, {master_port!r})",
+                hint="pass the address and a free port of node 0, the same on every node")
+        self.master_addr, self.master_port = master_addr, master_port
+
+    @property
+    def world_size(self) -> int:
+        """Processes in the job: ``nnodes * nproc_per_node``."""
+        return self.nnodes * self.nproc_per_node
+
+    def describe(self) -> dict[str, Any]:
+        """The launcher kind and its options as plain JSON."""
+        return {**super().describe(), "kind": "torchrun", "nproc_per_node": self.nproc_per_node,
+                "nnodes": self.nnodes, "node_rank": self.node_rank,
+                "master_addr": self.master_addr, "master_port": self.master_port}
+
+    def command(self, spec_path: str, result_path: str) -> list[str]:
+        """The torchrun argument list (never run through a shell)."""
+        trial = super().command(spec_path, result_path)  # [python, -m, cubicml_lab.trial, ...]
+        cmd = [trial[0], "-m", "torch.distributed.run", "--nnodes", str(self.nnodes),
+               "--nproc-per-node", str(self.nproc_per_node), "--max-restarts", "0"]
+        if self.master_addr is None:
+            cmd.append("--standalone")
+        else:
+            cmd += ["--node-rank", str(self.node_rank), "--master-addr", self.master_addr,
+                    "--master-port", str(self.master_port)]
+        return cmd + trial[1:]

@@ -1,0 +1,35 @@
+"""The trial store: every trial of every campaign, in one SQLite file.
+
+:class:`TrialStore` owns the historical job data of the CubicML loop. One SQLite file (stdlib
+``sqlite3``, WAL journal, ``PRAGMA user_version`` = :data:`SCHEMA_VERSION`) holds two tables:
+``campaigns`` (name, search space, workload, metadata) and ``trials`` (config, status, metrics,
+hardware, workload name and version, timestamps in unix seconds, error text). Each write is one
+``BEGIN IMMEDIATE`` transaction, and every input is validated before the transaction starts, so bad
+input never costs data already stored. One connection, guarded by a lock, serves every thread.
+
+A trial moves ``pending -> running -> ok | oom | failed | timeout``; ``reset_trial`` takes an
+interrupted ``running`` trial back to ``pending``; ``record_trial`` inserts a finished trial in
+one step.
+
+Config, metrics and hardware are stored as strict JSON text, never pickle. Config values are JSON
+scalars (int, float, str, bool, None) and read back with their type (``True`` stays ``True``, ``4``
+stays ``4``). Non-finite floats in metrics and hardware are stored as the strings ``"NaN"``,
+``"Infinity"`` and ``"-Infinity"`` and read back as floats, so a metric that is exactly one of those
+strings also reads back as a float. Non-finite config values are refused.
+
+``export``/``import_`` write and read the *raw* form: one row per trial with the scalar columns
+(``trial_id, campaign, status, workload, workload_version, created_at, started_at, ended_at,
+error``), the JSON text columns ``config, metrics, hardware``, and the campaign's own
+``campaign_workload, campaign_space, campaign_metadata``. ``to_dataframe`` gives the tidy form for
+analysis (one column per knob, metric and hardware field); it cannot be imported back.
+
+Modules: :mod:`~cubicml_lab.store.schema` (tables, statuses, the :class:`Trial` record, opening a
+file, value checks and JSON encoding), :mod:`~cubicml_lab.store.core` (:class:`TrialStore`:
+campaigns and the trial lifecycle), :mod:`~cubicml_lab.store.tables` (tidy DataFrame, raw
+CSV/Parquet export and import).
+"""
+
+from .core import TrialStore
+from .schema import FINAL_STATUSES, SCHEMA_VERSION, STATUSES, Trial
+
+__all__ = ["FINAL_STATUSES", "SCHEMA_VERSION", "STATUSES", "Trial", "TrialStore"]
