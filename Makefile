@@ -46,7 +46,7 @@ test-fast: $(STAMP)
 	$(PY) -m pytest -m "not slow and not notebook and not slurm and not gpu" -q
 
 test-gpu: $(STAMP)
-	$(PY) -m pytest -m gpu
+	$(PY) -m pytest -m gpu -s -rs
 
 notebooks: $(STAMP)
 	$(VENV)/bin/jupytext --to ipynb --update notebooks/*.py

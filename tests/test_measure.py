@@ -333,3 +333,31 @@ def test_importing_measure_loads_no_torch() -> None:
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"
+
+
+# -------------------------------------------------------------------------- GPU telemetry
+def test_parse_smi_sample_reads_numbers_hex_masks_and_not_available() -> None:
+    from cubicml_lab.hardware import parse_smi_sample
+
+    assert parse_smi_sample("1980, 512.31, 0x0000000000000004, 41") == {
+        "sm_clock_mhz": 1980.0, "power_w": 512.31, "throttle_mask": 4, "temperature_c": 41.0}
+    got = parse_smi_sample("1755, [N/A], 0x0000000000000000, 38")
+    assert got["power_w"] is None and got["throttle_mask"] == 0
+    for junk in ("", "No devices were found", "1, 2, 3", "[N/A], [N/A], [N/A], [N/A]"):
+        assert parse_smi_sample(junk) is None, junk
+
+
+def test_summarize_telemetry_reports_the_range_and_every_throttle_reason() -> None:
+    from cubicml_lab.hardware import summarize_telemetry
+
+    samples = [{"sm_clock_mhz": c, "power_w": p, "throttle_mask": m, "temperature_c": t}
+               for c, p, m, t in [(1980, 300, 0x0, 40), (1755, 690, 0x4, 52),
+                                  (1900, 650, 0x20, 55), (1980, None, None, None)]]
+    s = summarize_telemetry(samples)
+    assert s["gpu_samples"] == 4
+    assert (s["gpu_sm_clock_mhz_min"], s["gpu_sm_clock_mhz_median"],
+            s["gpu_sm_clock_mhz_max"]) == (1755, 1980, 1980)
+    assert (s["gpu_power_w_median"], s["gpu_power_w_max"]) == (650, 690)
+    assert s["gpu_temperature_c_max"] == 55
+    assert s["gpu_throttle_reasons"] == ["sw_power_cap", "sw_thermal_slowdown"]
+    assert summarize_telemetry([]) == {"gpu_samples": 0, "gpu_throttle_reasons": []}

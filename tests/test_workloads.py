@@ -91,8 +91,9 @@ def test_heads_must_divide_the_width() -> None:
 
 
 def test_importing_workloads_loads_no_torch() -> None:
-    code = ("import sys, cubicml_lab.workloads as w, cubicml_lab.workloads.gpt; "
-            "w.get('gpt').resolve({'d_model': 64}); print('torch' in sys.modules)")
+    code = ("import sys, cubicml_lab.workloads as w, cubicml_lab.workloads.gpt as g, "
+            "cubicml_lab.workloads.dlrm as d; g.flops_per_step(w.get('gpt').resolve({})); "
+            "d.flops_per_step(w.get('dlrm').resolve({})); print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"

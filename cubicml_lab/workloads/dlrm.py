@@ -20,7 +20,8 @@ sparse gradients ``adam`` uses ``SparseAdam`` for the tables), and with several 
 * ``"table_wise"``: table ``t`` lives on rank ``t % world_size`` (model parallel); per step, each
   rank sends the indices of its batch to the tables' owners (all-to-all), owners pool the bags
   of the global batch, and the pooled vectors come back to the ranks that own the samples
-  (all-to-all, and its reverse in the backward pass). The dense part is data parallel (DDP).
+  (all-to-all, and its reverse in the backward pass, averaged over the ranks as DDP averages).
+  The dense part is data parallel (DDP). Both shardings train the same model step for step.
 
 FLOPs per optimizer step (:func:`flops_per_step`), matmuls only::
 
@@ -245,6 +246,8 @@ class DLRMWorkload(Workload):
             got = got.view(w, len(mine), b, cfg["pooling"]).transpose(0, 1)
             bags = torch.stack([tab(got[i].reshape(w * b, -1)) for i, tab in enumerate(tables)])
             bags = bags.view(len(mine), w, b, -1).transpose(0, 1).reshape(w * len(mine), b, -1)
+            if bags.requires_grad:  # each rank's loss is a mean over its own batch: average the
+                bags.register_hook(lambda g: g / w)  # ranks' gradients, as DDP does (replicated)
             back = all_to_all.apply(bags, counts, [len(mine)] * w)  # (T, B, D) in owner order
             return back[unsort].transpose(0, 1)
 
