@@ -27,7 +27,7 @@ import traceback
 from typing import Any
 
 from ..errors import ConfigError
-from ..hardware import GpuTelemetry
+from ..hardware import GpuTelemetry, tune_cpu_allocator
 from ..measure import (
     MeasureOptions,
     TrialResult,
@@ -139,7 +139,8 @@ def run_trial(spec: dict[str, Any]) -> TrialResult:
         if config.get("threads"):
             saved_threads = torch.get_num_threads()
             torch.set_num_threads(int(config["threads"]))
-        hardware = {**hardware_info(device), **world.describe(), "rank": world.rank}
+        hardware = {**hardware_info(device), **world.describe(), "rank": world.rank,
+                    "cpu_malloc": tune_cpu_allocator()}
         peak_flops = device_peak_flops(device, config.get("precision", "fp32"))
         reset_peak_memory(device)
         built = workload.build(config, device, world)
