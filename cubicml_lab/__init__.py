@@ -34,7 +34,9 @@ __version__ = "0.1.0"
 
 _LAZY = {
     "GPPredictor": ("cubicml_lab.surrogate", "GPPredictor"),
+    "MLPPredictor": ("cubicml_lab.surrogate", "MLPPredictor"),
     "evaluate_predictor": ("cubicml_lab.surrogate", "evaluate_predictor"),
+    "learning_curve": ("cubicml_lab.surrogate", "learning_curve"),
     "BayesianSearch": ("cubicml_lab.search", "BayesianSearch"),
     "RandomSearch": ("cubicml_lab.search", "RandomSearch"),
     "Campaign": ("cubicml_lab.campaign", "Campaign"),
@@ -53,6 +55,7 @@ __all__ = [
     "Float",
     "GPPredictor",
     "Int",
+    "MLPPredictor",
     "Ordinal",
     "PowerOfTwo",
     "RandomSearch",
@@ -63,6 +66,7 @@ __all__ = [
     "errors",
     "evaluate_predictor",
     "launch",
+    "learning_curve",
     "measure",
     "plots",
     "workloads",

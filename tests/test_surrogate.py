@@ -246,7 +246,8 @@ def test_cross_val_predict_is_out_of_fold(space, split):
     vals = np.array([throughput(c) for c in cfgs])
     vals[5] *= 10.0  # an outlier: in-sample it is fitted, out-of-fold it cannot be predicted
     cv = cross_val_predict(lambda: GPPredictor(space), cfgs, vals, folds="loo")
-    assert set(cv) == {"y", "mean", "std", "lo", "hi", "fold"}
+    assert set(cv) == {"y", "mean", "std", "lo", "hi", "fold", "fit_s", "predict_s"}
+    assert cv["fit_s"] > 0 and cv["predict_s"] > 0
     assert sorted(cv["fold"]) == list(range(12))
     assert np.all(cv["lo"] <= cv["mean"]) and np.all(cv["mean"] <= cv["hi"])
     in_sample = GPPredictor(space).fit(cfgs, vals).predict([cfgs[5]])[0][0]
@@ -264,3 +265,123 @@ def test_cross_validation_refuses_bad_folds(space, split):
         evaluate_predictor(lambda: GPPredictor(space), cfgs, vals, folds=1)
     with pytest.raises(PredictorError, match="6 configs, 5 values"):
         cross_val_predict(lambda: GPPredictor(space), cfgs, vals[:5])
+
+
+# -- categorical kernel, MLP ensemble --------------------------------------------------------------
+@pytest.mark.slow
+def test_mixed_categorical_kernel_ranks_held_out_configs(space, split):
+    train, test = split
+    pred = GPPredictor(space, categorical="mixed").fit(train, [throughput(c) for c in train])
+    assert pred.model.__class__.__name__ == "MixedSingleTaskGP"
+    mean, _ = pred.predict(test)
+    assert stats.kendalltau([throughput(c) for c in test], mean).statistic > 0.85
+    lo, hi = pred.predict_interval(test)
+    assert (lo < mean).all() and (mean < hi).all()
+
+
+def test_mixed_encoding_collapses_each_choice_to_its_index(space):
+    from cubicml_lab.surrogate.gp import _one_hot_to_index
+
+    pred = GPPredictor(space, categorical="mixed")
+    X = pred._encode([{"layers": 3, "micro_batch": 8, "recompute": "full"},
+                      {"layers": 1, "micro_batch": 1, "recompute": "none"}], "configs")
+    assert X.tolist() == [[3.0, 3.0, 2.0], [1.0, 0.0, 0.0]]
+    assert pred._bounds().tolist() == [[1.0, 0.0, 0.0], [12.0, 6.0, 2.0]]
+    onehot = space.encode([{"layers": 3, "micro_batch": 8, "recompute": "selective"}])
+    assert _one_hot_to_index(onehot, [(2, 3)]).tolist() == [[3.0, 3.0, 1.0]]
+    with pytest.raises(PredictorError, match="categorical = 'embed'"):
+        GPPredictor(space, categorical="embed")
+
+
+def test_mlp_ensemble_ranks_held_out_configs_and_brackets_them(space, split):
+    from cubicml_lab.surrogate import MLPPredictor
+
+    train, test = split
+    pred = MLPPredictor(space, seed=1, epochs=300).fit(train, [throughput(c) for c in train])
+    mean, std = pred.predict(test)
+    truth = np.array([throughput(c) for c in test])
+    assert stats.kendalltau(truth, mean).statistic > 0.8
+    assert (std > 0).all() and pred.point_estimate == "median"
+    lo, hi = pred.predict_interval(test)
+    assert interval_coverage(truth, lo, hi) > 0.7
+    again = MLPPredictor(space, seed=1, epochs=300).fit(train, [throughput(c) for c in train])
+    assert again.predict(test)[0] == pytest.approx(mean), "a seed fixes the fit"
+    with pytest.raises(PredictorError, match="members = 0"):
+        MLPPredictor(space, members=0)
+    with pytest.raises(PredictorError, match="not positive"):
+        MLPPredictor(space).fit(train[:3], [1.0, -2.0, 3.0])
+
+
+# -- feasibility -----------------------------------------------------------------------------------
+def memory_gib(cfg: dict) -> float:
+    return 0.05 * cfg["micro_batch"] * cfg["layers"] * (0.6 if cfg["recompute"] == "full" else 1)
+
+
+def test_feasibility_learns_the_memory_boundary_of_a_device(space, split):
+    train, test = split
+    limit = 4.0  # GiB: micro_batch * layers above about 80 does not fit
+    status = ["ok" if memory_gib(c) <= limit else "oom" for c in train]
+    mem = [memory_gib(c) if s == "ok" else 3 * limit for c, s in zip(train, status)]
+    pred = GPPredictor(space).fit_feasibility(train, status, mem)
+    p = pred.predict_feasibility(test, memory_limit=limit)
+    fits = np.array([memory_gib(c) <= limit for c in test])
+    assert ((p > 0.5) == fits).mean() > 0.9
+    # The memory of the trials that ran carries over to a device with a quarter of the memory.
+    p_small = pred.predict_feasibility(test, memory_limit=limit / 4)
+    fits_small = np.array([memory_gib(c) <= limit / 4 for c in test])
+    assert ((p_small > 0.5) == fits_small).mean() > 0.9
+    assert fits.sum() > fits_small.sum() + 10
+    assert pred.feasibility.memory.n_train == status.count("ok"), "oom figures are lower bounds"
+
+
+def test_failures_without_memory_figures_feed_the_classifier(space, split):
+    train, test = split
+    status = ["failed" if c["recompute"] == "selective" and c["micro_batch"] >= 8 else "ok"
+              for c in train]
+    pred = GPPredictor(space).fit_feasibility(train, status)
+    p = pred.predict_feasibility(test)
+    bad = np.array([c["recompute"] == "selective" and c["micro_batch"] >= 8 for c in test])
+    assert p[bad].mean() < 0.3 < 0.7 < p[~bad].mean()
+
+
+def test_feasibility_edge_cases_and_bad_input(space, split):
+    from cubicml_lab.surrogate import FeasibilityModel
+
+    train, test = split
+    assert (GPPredictor(space).predict_feasibility(test[:3]) == 1).all(), "no model: no evidence"
+    assert (FeasibilityModel(space).fit(train[:4], ["ok"] * 4).predict(test[:2]) == 1).all()
+    assert (FeasibilityModel(space).fit(train[:4], ["oom"] * 4).predict(test[:2]) == 0).all()
+    with pytest.raises(PredictorError, match="unknown status 'crashed'"):
+        FeasibilityModel(space).fit(train[:2], ["ok", "crashed"])
+    with pytest.raises(PredictorError, match="2 configs but 1 statuses"):
+        FeasibilityModel(space).fit(train[:2], ["ok"])
+    with pytest.raises(PredictorError, match="memory_limit = -1"):
+        FeasibilityModel(space).fit(train[:4], ["ok"] * 4).predict(test[:1], memory_limit=-1)
+
+
+# -- ranking metrics and learning curves -----------------------------------------------------------
+def test_top_k_recall_and_regret():
+    from cubicml_lab.surrogate import regret, top_k_recall
+
+    y = np.arange(1.0, 101.0)
+    assert top_k_recall(y, y) == 1.0 and top_k_recall(y, -y) == 0.0
+    swapped = y.copy()
+    swapped[[99, 0]] = swapped[[0, 99]]  # the best is predicted worst, the worst best
+    assert top_k_recall(y, swapped, 0.05) == pytest.approx(4 / 5)
+    assert regret(y, y) == 0.0 and regret(y, swapped) == pytest.approx(0.99)
+    with pytest.raises(PredictorError, match="frac = 0"):
+        top_k_recall(y, y, 0)
+
+
+def test_learning_curve_uses_the_same_splits_and_loo_for_small_tables(space, split):
+    from cubicml_lab.surrogate import learning_curve
+
+    train, _ = split
+    y = [throughput(c) for c in train[:30]]
+    rows = learning_curve({"gp": lambda: GPPredictor(space)}, train[:30], y, sizes=(10, 50),
+                          repeats=2)
+    assert [(r["n"], r["split"], r["repeat"]) for r in rows] == [(10, "random", 0),
+                                                                  (10, "random", 1),
+                                                                  (29, "loo", 0)]
+    assert all(-1 <= r["kendall_tau"] <= 1 and r["fit_s"] > 0 for r in rows)
+    assert rows[-1]["kendall_tau"] > rows[0]["kendall_tau"] - 0.3

@@ -1,13 +1,16 @@
 """Predictors of training speed and their quality metrics.
 
 :class:`GPPredictor` (BoTorch ``SingleTaskGP`` on the log objective) predicts an objective with
-uncertainty from a configuration; :func:`evaluate_predictor` and :func:`cross_val_predict` measure
+uncertainty from a configuration, :class:`MLPPredictor` (an ensemble of small MLPs, the paper's
+kind of model) does the same for comparison, :class:`FeasibilityModel` predicts whether a
+configuration fits in memory and runs; :func:`evaluate_predictor` and :func:`cross_val_predict` measure
 how well any predictor ranks and brackets held-out trials. Importing this package does not import
 torch; BoTorch loads on the first fit.
 """
 
 from __future__ import annotations
 
+from .feasibility import FeasibilityModel
 from .gp import GPPredictor
 from .metrics import (
     Predictor,
@@ -15,17 +18,26 @@ from .metrics import (
     evaluate_predictor,
     interval_coverage,
     kendall_tau,
+    learning_curve,
     mape,
+    regret,
     spearman,
+    top_k_recall,
 )
+from .mlp import MLPPredictor
 
 __all__ = [
+    "FeasibilityModel",
     "GPPredictor",
+    "MLPPredictor",
     "Predictor",
     "cross_val_predict",
     "evaluate_predictor",
     "interval_coverage",
     "kendall_tau",
+    "learning_curve",
     "mape",
+    "regret",
     "spearman",
+    "top_k_recall",
 ]

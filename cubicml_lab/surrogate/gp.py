@@ -39,15 +39,15 @@ Example:
 
 from __future__ import annotations
 
-import math
 import time
 import warnings
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..errors import PredictorError, SpaceError
+from ..errors import PredictorError
+from .base import BasePredictor, _as_float_array
 
 if TYPE_CHECKING:
     import torch
@@ -63,22 +63,7 @@ NOISE_FLOOR_LOG_VAR = 1e-6
 STANDARDISED_NOISE_FLOOR = 1e-6
 
 
-def _as_float_array(name: str, values: Any, n: int | None = None) -> np.ndarray:
-    try:
-        arr = np.asarray(values, dtype=np.float64)
-    except (TypeError, ValueError):
-        raise PredictorError(f"{name} must be a sequence of numbers, got {values!r:.80}",
-                             hint="pass a list of floats, one per configuration") from None
-    if arr.ndim != 1:
-        raise PredictorError(f"{name} must be one-dimensional, got shape {arr.shape}",
-                             hint="pass one number per configuration")
-    if n is not None and len(arr) != n:
-        raise PredictorError(f"{n} configs but {len(arr)} {name}",
-                             hint=f"pass exactly one {name.rstrip('s')} per configuration")
-    return arr
-
-
-class GPPredictor:
+class GPPredictor(BasePredictor):
     """Predicts an objective (default throughput, units/s, higher is better) from a configuration.
 
     Args:
@@ -86,6 +71,11 @@ class GPPredictor:
         objective: Name of the predicted metric (used in messages and by searchers).
         log_objective: Model ``log(y)`` (default; needs positive values) instead of ``y``.
         seed: Seed of torch's generator for the hyperparameter fit (fits are deterministic).
+        categorical: How ``Choice`` parameters enter the kernel: ``"onehot"`` (default; one
+            column per value, each with its own ARD lengthscale in the Matern-5/2 kernel) or
+            ``"mixed"`` (BoTorch ``MixedSingleTaskGP``: one index column per parameter under a
+            categorical kernel, combined with the Matern kernel of the other columns).
+            ``benchmarks/predictor_quality.py`` compares the two on the shipped datasets.
 
     Attributes:
         point_estimate: ``"median"`` with ``log_objective`` (``predict`` returns ``exp(mu)``),
@@ -97,56 +87,51 @@ class GPPredictor:
     """
 
     def __init__(self, space: Space, objective: str = "throughput", *, log_objective: bool = True,
-                 seed: int = 0) -> None:
-        self.space = space
-        self.objective = objective
-        self.log_objective = bool(log_objective)
-        self.seed = int(seed)
-        self.point_estimate: str = "median" if self.log_objective else "mean"
-        self.model: Any = None
-        self.n_train: int = 0
-        self.fit_seconds: float = 0.0
-        self._new_noise_var = 0.0  # observation-noise variance of a new measurement, model units
+                 seed: int = 0, categorical: str = "onehot") -> None:
+        if categorical not in ("onehot", "mixed"):
+            raise PredictorError(f"categorical = {categorical!r} is not 'onehot' or 'mixed'",
+                                 hint="'onehot' (ARD over one-hot columns) or 'mixed' "
+                                      "(categorical kernel)")
+        super().__init__(space, objective, log_objective=log_objective, seed=seed)
+        self.categorical = categorical
         self._fixed_noise = False
 
     def __repr__(self) -> str:
         state = f"n_train={self.n_train}" if self.model is not None else "not fitted"
         return (f"GPPredictor(objective={self.objective!r}, log_objective={self.log_objective}, "
-                f"{state})")
+                f"categorical={self.categorical!r}, {state})")
 
     # -- input checks ---------------------------------------------------------------------------
     def _encode(self, configs: Sequence[dict], what: str) -> torch.Tensor:
-        if isinstance(configs, dict):
-            raise PredictorError(f"{what} must be a list of configuration dicts, got one dict",
-                                 hint="wrap it in a list: [config]")
-        configs = list(configs)
-        for i, cfg in enumerate(configs):
-            try:
-                self.space.validate(cfg)
-            except SpaceError as err:
-                raise PredictorError(f"{what}[{i}] = {cfg!r} is not in the space: {err.message}",
-                                     hint=err.hint or "pass configurations of this space") from None
-        if not configs:
-            raise PredictorError(f"{what} is empty", hint="pass at least one configuration")
-        return self.space.encode(configs)
+        X = super()._encode(configs, what)
+        return X if self._cat_blocks() == [] else _one_hot_to_index(X, self._cat_blocks())
 
-    def _to_model_units(self, y: np.ndarray) -> np.ndarray:
-        bad = ~np.isfinite(y)
-        if bad.any():
-            i = int(np.argmax(bad))
-            raise PredictorError(f"values[{i}] = {float(y[i])!r} is not finite "
-                                 f"({int(bad.sum())} of {len(y)} values are NaN or inf)",
-                                 hint="drop failed trials; tell only measured, finite values")
-        if self.log_objective:
-            bad = y <= 0
-            if bad.any():
-                i = int(np.argmax(bad))
-                raise PredictorError(
-                    f"values[{i}] = {float(y[i])!r} is not positive, but {self.objective!r} is "
-                    "modelled on a log scale",
-                    hint="pass log_objective=False for objectives that can be <= 0")
-            return np.log(y)
-        return y
+    def _cat_blocks(self) -> list[tuple[int, int]]:
+        """(first column, number of columns) of each Choice parameter's one-hot block, when
+        ``categorical == "mixed"``; empty otherwise."""
+        if self.categorical != "mixed":
+            return []
+        blocks, col = [], 0
+        for p in self.space.parameters:
+            width = len(p.encoded_names())
+            if p.kind == "choice":
+                blocks.append((col, width))
+            col += width
+        return blocks
+
+    def _bounds(self) -> torch.Tensor:
+        """Bounds of the model's input columns (one-hot, or index columns for categories)."""
+        import torch
+
+        bounds = torch.as_tensor(self.space.encoded_bounds(), dtype=torch.float64)
+        blocks = self._cat_blocks()
+        if blocks:
+            bounds = _one_hot_to_index(bounds, blocks)
+            for col, width in _index_columns(blocks):
+                bounds[0, col], bounds[1, col] = 0.0, float(width - 1)
+        flat = bounds[1] <= bounds[0]  # a one-value parameter: avoid a zero range
+        bounds[1] = torch.where(flat, bounds[0] + 1.0, bounds[1])
+        return bounds
 
     # -- fitting --------------------------------------------------------------------------------
     def fit(self, configs: Sequence[dict], values: Sequence[float],
@@ -197,14 +182,21 @@ class GPPredictor:
                         STANDARDISED_NOISE_FLOOR * float(np.var(y_model)), 1e-12)
             var = np.maximum(var, floor)
             Yvar = torch.as_tensor(var, dtype=torch.float64).unsqueeze(-1)
-        bounds = torch.as_tensor(self.space.encoded_bounds(), dtype=torch.float64)
-        flat = bounds[1] <= bounds[0]  # a one-value parameter: avoid a zero range
-        bounds[1] = torch.where(flat, bounds[0] + 1.0, bounds[1])
-
+        bounds = self._bounds()
         torch.manual_seed(self.seed)
-        model = SingleTaskGP(X, Y, train_Yvar=Yvar,
-                             input_transform=Normalize(X.shape[-1], bounds=bounds),
-                             outcome_transform=Standardize(m=1))
+        cat_dims = [i for i, _ in _index_columns(self._cat_blocks())]
+        if cat_dims:
+            from botorch.models import MixedSingleTaskGP
+
+            cont = [i for i in range(X.shape[-1]) if i not in cat_dims]
+            model = MixedSingleTaskGP(
+                X, Y, cat_dims=cat_dims, train_Yvar=Yvar, outcome_transform=Standardize(m=1),
+                input_transform=Normalize(X.shape[-1], bounds=bounds, indices=cont) if cont
+                else None)
+        else:
+            model = SingleTaskGP(X, Y, train_Yvar=Yvar,
+                                 input_transform=Normalize(X.shape[-1], bounds=bounds),
+                                 outcome_transform=Standardize(m=1))
         mll = ExactMarginalLogLikelihood(model.likelihood, model)
         try:
             with warnings.catch_warnings():
@@ -230,9 +222,7 @@ class GPPredictor:
         """Posterior mean and variance of the latent function in model units, shape (n,) each."""
         import torch
 
-        if self.model is None:
-            raise PredictorError("predict called before fit",
-                                 hint="call pred.fit(configs, values) first")
+        self._check_fitted()
         X = self._encode(configs, "configs")
         with torch.no_grad():
             post = self.model.posterior(X)
@@ -240,53 +230,26 @@ class GPPredictor:
             var = post.variance.squeeze(-1).clamp_min(0.0).numpy().astype(np.float64)
         return mu, var
 
-    def predict(self, configs: Sequence[dict]) -> tuple[np.ndarray, np.ndarray]:
-        """Point estimate and standard deviation of the objective, in its own units.
 
-        Args:
-            configs: n configurations of the space.
+def _index_columns(blocks: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Where each one-hot block's index column lands once the blocks are collapsed:
+    (column, number of categories)."""
+    out, removed = [], 0
+    for start, width in blocks:
+        out.append((start - removed, width))
+        removed += width - 1
+    return out
 
-        Returns:
-            ``(mean, std)``, float64 arrays of shape (n,). With ``log_objective`` ``mean`` is the
-            median ``exp(mu)`` and ``std`` the log-normal standard deviation (see module doc);
-            both describe the noise-free objective, without observation noise.
-        """
-        mu, var = self._posterior(configs)
-        if not self.log_objective:
-            return mu, np.sqrt(var)
-        median = np.exp(mu)
-        std = np.sqrt(np.expm1(var) * np.exp(2.0 * mu + var))
-        return median, std
 
-    def predict_interval(self, configs: Sequence[dict], level: float = 0.95, *,
-                         observation_noise: bool = True) -> tuple[np.ndarray, np.ndarray]:
-        """Central ``level`` prediction interval, in the objective's units.
+def _one_hot_to_index(X: torch.Tensor, blocks: list[tuple[int, int]]) -> torch.Tensor:
+    """Replace each one-hot block of ``X`` (n, d) by one column holding the category's index
+    (argmax of the block), keeping the column order otherwise."""
+    import torch
 
-        Args:
-            configs: n configurations of the space.
-            level: Coverage probability in (0, 1), e.g. 0.95.
-            observation_noise: Interval for a new measurement (default, includes the observation
-                noise) or, if False, for the noise-free objective.
-
-        Returns:
-            ``(lo, hi)``, float64 arrays of shape (n,).
-        """
-        from scipy.stats import norm
-
-        if not (isinstance(level, (int, float)) and 0.0 < level < 1.0):
-            raise PredictorError(f"level = {level!r} is not in (0, 1)", hint="e.g. level=0.95")
-        mu, var = self._posterior(configs)
-        if observation_noise:
-            var = var + self._new_noise_var
-        half = float(norm.ppf(0.5 + level / 2.0)) * np.sqrt(var)
-        lo, hi = mu - half, mu + half
-        if self.log_objective:
-            return np.exp(lo), np.exp(hi)
-        return lo, hi
-
-    @property
-    def noise_std(self) -> float:
-        """Standard deviation of a new measurement's noise in model units (log units by default:
-        about its relative spread), or NaN before :meth:`fit`."""
-        return math.sqrt(self._new_noise_var) if self.model is not None else math.nan
-
+    parts, col = [], 0
+    for start, width in blocks:
+        parts.append(X[:, col:start])
+        parts.append(X[:, start:start + width].argmax(dim=1, keepdim=True).to(X.dtype))
+        col = start + width
+    parts.append(X[:, col:])
+    return torch.cat(parts, dim=1)

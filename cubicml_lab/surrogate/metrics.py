@@ -18,7 +18,8 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -26,7 +27,7 @@ import numpy as np
 from ..errors import PredictorError
 
 __all__ = ["Predictor", "cross_val_predict", "evaluate_predictor", "interval_coverage",
-           "kendall_tau", "mape", "spearman"]
+           "kendall_tau", "learning_curve", "mape", "regret", "spearman", "top_k_recall"]
 
 
 @runtime_checkable
@@ -91,6 +92,38 @@ def interval_coverage(y: Sequence[float], lo: Sequence[float], hi: Sequence[floa
     return float(np.mean((low <= a) & (a <= high)))
 
 
+def top_k_recall(y_true: Sequence[float], y_pred: Sequence[float], frac: float = 0.05) -> float:
+    """Share of the truly best ``frac`` of configurations that are among the predicted best ``frac``.
+
+    ``k = max(1, round(frac * n))``; higher values are better (throughput). Ties in ``y_true``
+    are broken by order, so the true top k is always exactly k configurations.
+
+    Example:
+        >>> top_k_recall([1, 2, 3, 4, 5, 6, 7, 8, 9, 10], [1, 2, 3, 4, 5, 6, 7, 8, 10, 9], 0.2)
+        1.0
+    """
+    t, p = _pair(y_true, y_pred)
+    if not 0 < frac <= 1:
+        raise PredictorError(f"frac = {frac!r} is not in (0, 1]", hint="e.g. frac=0.05 (top 5%)")
+    k = max(1, int(round(frac * len(t))))
+    true_top = set(np.argsort(-t, kind="stable")[:k].tolist())
+    pred_top = set(np.argsort(-p, kind="stable")[:k].tolist())
+    return len(true_top & pred_top) / k
+
+
+def regret(y_true: Sequence[float], y_pred: Sequence[float]) -> float:
+    """How much worse the predicted best configuration truly is than the true best, as a
+    fraction of the true best (0 = the predictor picked the best; higher is better for ``y``).
+
+    Example:
+        >>> regret([100.0, 90.0, 80.0], [1.0, 2.0, 0.0])
+        0.1
+    """
+    t, p = _pair(y_true, y_pred)
+    best = float(t.max())
+    return float((best - t[int(np.argmax(p))]) / abs(best)) if best != 0 else float("nan")
+
+
 def _folds(n: int, folds: int | str, seed: int) -> list[np.ndarray]:
     if folds == "loo":
         k = n
@@ -104,6 +137,22 @@ def _folds(n: int, folds: int | str, seed: int) -> list[np.ndarray]:
                              hint="e.g. folds=5 or folds='loo'")
     perm = np.random.default_rng(seed).permutation(n)
     return [np.sort(idx) for idx in np.array_split(perm, k)]
+
+
+def _fit_predict(factory: Callable[[], Predictor], configs: list[dict], y: np.ndarray,
+                 noise: Sequence[float] | None, train: np.ndarray, test: np.ndarray,
+                 level: float) -> dict[str, Any]:
+    """Fit a fresh predictor on ``train`` rows, predict ``test`` rows; time both."""
+    pred = factory()
+    t0 = time.perf_counter()
+    pred.fit([configs[i] for i in train], y[train],
+             None if noise is None else [noise[i] for i in train])
+    t1 = time.perf_counter()
+    cfgs = [configs[i] for i in test]
+    mean, std = pred.predict(cfgs)
+    lo, hi = pred.predict_interval(cfgs, level=level)
+    return {"mean": mean, "std": std, "lo": lo, "hi": hi, "fit_s": t1 - t0,
+            "predict_s": time.perf_counter() - t1}
 
 
 def cross_val_predict(pred_factory: Callable[[], Predictor], configs: Sequence[dict],
@@ -126,7 +175,8 @@ def cross_val_predict(pred_factory: Callable[[], Predictor], configs: Sequence[d
     Returns:
         Float arrays of shape (n,) in the input order: ``y`` (measured), ``mean`` (point
         estimate), ``std``, ``lo``, ``hi`` (interval for a new measurement), and ``fold`` (int,
-        which fold held the trial out).
+        which fold held the trial out); plus ``fit_s`` and ``predict_s``, the mean seconds of
+        one fold's fit and prediction (scalars).
 
     Raises:
         PredictorError: On mismatched lengths, bad ``folds``, or a fold the predictor cannot fit.
@@ -140,16 +190,17 @@ def cross_val_predict(pred_factory: Callable[[], Predictor], configs: Sequence[d
                              hint="pass one value (and noise) per configuration")
     out = {k: np.full(n, np.nan) for k in ("mean", "std", "lo", "hi")}
     fold_of = np.full(n, -1, dtype=np.int64)
+    fit_s = predict_s = 0.0
     for f, test in enumerate(_folds(n, folds, seed)):
         train = np.setdiff1d(np.arange(n), test)
-        pred = pred_factory()
-        pred.fit([configs[i] for i in train], y[train],
-                 None if noise is None else [noise[i] for i in train])
-        test_cfgs = [configs[i] for i in test]
-        out["mean"][test], out["std"][test] = pred.predict(test_cfgs)
-        out["lo"][test], out["hi"][test] = pred.predict_interval(test_cfgs, level=level)
+        got = _fit_predict(pred_factory, configs, y, noise, train, test, level)
+        for k in ("mean", "std", "lo", "hi"):
+            out[k][test] = got[k]
+        fit_s, predict_s = fit_s + got["fit_s"], predict_s + got["predict_s"]
         fold_of[test] = f
-    return {"y": y, **out, "fold": fold_of}
+    k = int(fold_of.max()) + 1
+    return {"y": y, **out, "fold": fold_of, "fit_s": np.float64(fit_s / k),
+            "predict_s": np.float64(predict_s / k)}
 
 
 def evaluate_predictor(pred_factory: Callable[[], Predictor], configs: Sequence[dict],
@@ -162,7 +213,9 @@ def evaluate_predictor(pred_factory: Callable[[], Predictor], configs: Sequence[
     Returns:
         ``kendall_tau``, ``spearman`` (rank correlations of pooled out-of-fold predictions),
         ``mape`` (fraction, 0.05 = 5 %), ``coverage95`` (fraction of measured values inside the
-        95 % interval for a new measurement), ``n`` (trials) and ``folds`` (number of folds).
+        95 % interval for a new measurement), ``top5_recall`` (:func:`top_k_recall` of the top
+        5 %), ``regret`` (:func:`regret` of the predicted best), ``fit_s`` and ``predict_s``
+        (mean seconds per fold), ``n`` (trials) and ``folds`` (number of folds).
 
     Example:
         >>> from cubicml_lab.space import Space, Int
@@ -174,12 +227,76 @@ def evaluate_predictor(pred_factory: Callable[[], Predictor], configs: Sequence[
         True
     """
     cv = cross_val_predict(pred_factory, configs, values, folds=folds, seed=seed, noise=noise)
-    y = cv["y"]
+    return {**_scores(cv["y"], cv["mean"], cv["lo"], cv["hi"]), "fit_s": float(cv["fit_s"]),
+            "predict_s": float(cv["predict_s"]), "n": len(cv["y"]),
+            "folds": int(cv["fold"].max()) + 1}
+
+
+def _scores(y: np.ndarray, mean: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> dict[str, float]:
     return {
-        "kendall_tau": kendall_tau(y, cv["mean"]),
-        "spearman": spearman(y, cv["mean"]),
-        "mape": mape(y, cv["mean"]) if (y != 0).all() else float("nan"),
-        "coverage95": interval_coverage(y, cv["lo"], cv["hi"]),
-        "n": len(y),
-        "folds": int(cv["fold"].max()) + 1,
+        "kendall_tau": kendall_tau(y, mean),
+        "spearman": spearman(y, mean),
+        "mape": mape(y, mean) if (y != 0).all() else float("nan"),
+        "coverage95": interval_coverage(y, lo, hi),
+        "top5_recall": top_k_recall(y, mean, 0.05),
+        "regret": regret(y, mean),
     }
+
+
+def learning_curve(pred_factories: Mapping[str, Callable[[], Predictor]], configs: Sequence[dict],
+                   values: Sequence[float], sizes: Sequence[int] = (10, 20, 50, 100, 200), *,
+                   repeats: int = 3, seed: int = 0, noise: Sequence[float] | None = None,
+                   progress: bool = False) -> list[dict[str, Any]]:
+    """Quality against the number of training trials, for several predictors on the same splits.
+
+    For each size ``n`` smaller than the table, ``repeats`` times: ``n`` trials drawn at random
+    (the same draw for every predictor) train, all the others test. A size at or above the
+    table's row count is replaced by one leave-one-out run over the whole table (``n`` is then
+    reported as rows - 1, with ``split = "loo"``), so small tables still get a figure.
+
+    Args:
+        pred_factories: Name -> unfitted predictor factory, e.g. ``{"gp": lambda:
+            GPPredictor(space)}``.
+        configs, values, noise: The table (as :func:`cross_val_predict`).
+        sizes: Training-set sizes.
+        repeats: Random draws per size.
+        seed: Seed of the draws.
+        progress: Show a tqdm bar.
+
+    Returns:
+        One dict per (predictor, size, repeat): ``predictor``, ``n``, ``split`` (``"random"`` or
+        ``"loo"``), ``repeat`` and the :func:`evaluate_predictor` scores of the test trials.
+    """
+    from tqdm.auto import tqdm
+
+    configs = list(configs)
+    y = np.asarray(values, dtype=np.float64).ravel()
+    rows_n = len(configs)
+    if y.size != rows_n:
+        raise PredictorError(f"{rows_n} configs but {y.size} values",
+                             hint="pass one value per configuration")
+    rng = np.random.default_rng(seed)
+    plan: list[tuple[int, str, int, np.ndarray | None]] = []
+    loo_done = False
+    for n in sizes:
+        if n >= rows_n:
+            if not loo_done:
+                plan.append((rows_n - 1, "loo", 0, None))
+                loo_done = True
+            continue
+        plan += [(n, "random", r, rng.permutation(rows_n)[:n]) for r in range(repeats)]
+    out: list[dict[str, Any]] = []
+    bar = tqdm(total=len(plan) * len(pred_factories), disable=not progress, unit="fit")
+    for n, split, r, train in plan:
+        for name, factory in pred_factories.items():
+            if train is None:
+                scores = evaluate_predictor(factory, configs, y, folds="loo", noise=noise)
+            else:
+                test = np.setdiff1d(np.arange(rows_n), train)
+                got = _fit_predict(factory, configs, y, noise, train, test, 0.95)
+                scores = {**_scores(y[test], got["mean"], got["lo"], got["hi"]),
+                          "fit_s": got["fit_s"], "predict_s": got["predict_s"]}
+            out.append({**scores, "predictor": name, "n": n, "split": split, "repeat": r})
+            bar.update()
+    bar.close()
+    return out
