@@ -293,6 +293,7 @@ def test_mixed_encoding_collapses_each_choice_to_its_index(space):
         GPPredictor(space, categorical="embed")
 
 
+@pytest.mark.slow
 def test_mlp_ensemble_ranks_held_out_configs_and_brackets_them(space, split):
     from cubicml_lab.surrogate import MLPPredictor
 
@@ -334,6 +335,7 @@ def test_feasibility_learns_the_memory_boundary_of_a_device(space, split):
     assert pred.feasibility.memory.n_train == status.count("ok"), "oom figures are lower bounds"
 
 
+@pytest.mark.slow
 def test_failures_without_memory_figures_feed_the_classifier(space, split):
     train, test = split
     status = ["failed" if c["recompute"] == "selective" and c["micro_batch"] >= 8 else "ok"
@@ -373,15 +375,29 @@ def test_top_k_recall_and_regret():
         top_k_recall(y, y, 0)
 
 
+@pytest.mark.slow
 def test_learning_curve_uses_the_same_splits_and_loo_for_small_tables(space, split):
     from cubicml_lab.surrogate import learning_curve
 
     train, _ = split
-    y = [throughput(c) for c in train[:30]]
-    rows = learning_curve({"gp": lambda: GPPredictor(space)}, train[:30], y, sizes=(10, 50),
+    y = [throughput(c) for c in train[:16]]
+    rows = learning_curve({"gp": lambda: GPPredictor(space)}, train[:16], y, sizes=(8, 50),
                           repeats=2)
-    assert [(r["n"], r["split"], r["repeat"]) for r in rows] == [(10, "random", 0),
-                                                                  (10, "random", 1),
-                                                                  (29, "loo", 0)]
+    assert [(r["n"], r["split"], r["repeat"]) for r in rows] == [(8, "random", 0),
+                                                                  (8, "random", 1),
+                                                                  (15, "loo", 0)]
     assert all(-1 <= r["kendall_tau"] <= 1 and r["fit_s"] > 0 for r in rows)
     assert rows[-1]["kendall_tau"] > rows[0]["kendall_tau"] - 0.3
+
+
+def test_hyperparameters_from_a_subset_then_conditioning_on_every_trial(space, split):
+    train, test = split
+    y = [throughput(c) for c in train]
+    pred = GPPredictor(space, max_fit_points=20).fit(train, y)
+    assert pred.model.train_inputs[0].shape[0] == len(train), "conditions on all 50 trials"
+    mean, _ = pred.predict(train)
+    assert mape(y, mean) < 0.05, "and interpolates them, not only the 20 of the fit"
+    held_out, _ = pred.predict(test)
+    assert stats.kendalltau([throughput(c) for c in test], held_out).statistic > 0.85
+    with pytest.raises(PredictorError, match="max_fit_points = 1"):
+        GPPredictor(space, max_fit_points=1)

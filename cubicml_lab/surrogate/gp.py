@@ -42,7 +42,7 @@ from __future__ import annotations
 import time
 import warnings
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -61,6 +61,11 @@ NOISE_FLOOR_LOG_VAR = 1e-6
 #: Smallest per-trial noise variance relative to the variance of the training outcomes, so the
 #: standardised noise the GP sees is never below this (keeps the kernel matrix well conditioned).
 STANDARDISED_NOISE_FLOOR = 1e-6
+#: Exact (Cholesky) solves up to this many training points; GPyTorch's default (800) switches to
+#: iterative solvers that are several times slower at these sizes.
+_CHOLESKY_MAX = 5000
+#: Candidates per posterior evaluation.
+_PREDICT_CHUNK = 4096
 
 
 class GPPredictor(BasePredictor):
@@ -76,6 +81,10 @@ class GPPredictor(BasePredictor):
             ``"mixed"`` (BoTorch ``MixedSingleTaskGP``: one index column per parameter under a
             categorical kernel, combined with the Matern kernel of the other columns).
             ``benchmarks/predictor_quality.py`` compares the two on the shipped datasets.
+        max_fit_points: With more trials than this, the kernel's hyperparameters are fitted
+            (type-II maximum likelihood) on a seeded random subset of this many, and the GP then
+            conditions on every trial with them: the fit's cost stops growing with the cube of
+            the history while predictions still use all of it.
 
     Attributes:
         point_estimate: ``"median"`` with ``log_objective`` (``predict`` returns ``exp(mu)``),
@@ -87,13 +96,17 @@ class GPPredictor(BasePredictor):
     """
 
     def __init__(self, space: Space, objective: str = "throughput", *, log_objective: bool = True,
-                 seed: int = 0, categorical: str = "onehot") -> None:
+                 seed: int = 0, categorical: str = "onehot", max_fit_points: int = 400) -> None:
         if categorical not in ("onehot", "mixed"):
             raise PredictorError(f"categorical = {categorical!r} is not 'onehot' or 'mixed'",
                                  hint="'onehot' (ARD over one-hot columns) or 'mixed' "
                                       "(categorical kernel)")
         super().__init__(space, objective, log_objective=log_objective, seed=seed)
         self.categorical = categorical
+        if not isinstance(max_fit_points, int) or max_fit_points < 2:
+            raise PredictorError(f"max_fit_points = {max_fit_points!r} must be an int >= 2",
+                                 hint="e.g. 400")
+        self.max_fit_points = max_fit_points
         self._fixed_noise = False
 
     def __repr__(self) -> str:
@@ -151,11 +164,10 @@ class GPPredictor(BasePredictor):
                 match, NaN/inf values, values <= 0 with ``log_objective``, a configuration outside
                 the space, negative or non-finite noise, or a fit that fails numerically.
         """
+        import gpytorch
         import torch
         from botorch.exceptions.errors import ModelFittingError
         from botorch.fit import fit_gpytorch_mll
-        from botorch.models import SingleTaskGP
-        from botorch.models.transforms import Normalize, Standardize
         from gpytorch.mlls import ExactMarginalLogLikelihood
 
         t0 = time.perf_counter()
@@ -184,27 +196,25 @@ class GPPredictor(BasePredictor):
             Yvar = torch.as_tensor(var, dtype=torch.float64).unsqueeze(-1)
         bounds = self._bounds()
         torch.manual_seed(self.seed)
-        cat_dims = [i for i, _ in _index_columns(self._cat_blocks())]
-        if cat_dims:
-            from botorch.models import MixedSingleTaskGP
-
-            cont = [i for i in range(X.shape[-1]) if i not in cat_dims]
-            model = MixedSingleTaskGP(
-                X, Y, cat_dims=cat_dims, train_Yvar=Yvar, outcome_transform=Standardize(m=1),
-                input_transform=Normalize(X.shape[-1], bounds=bounds, indices=cont) if cont
-                else None)
-        else:
-            model = SingleTaskGP(X, Y, train_Yvar=Yvar,
-                                 input_transform=Normalize(X.shape[-1], bounds=bounds),
-                                 outcome_transform=Standardize(m=1))
+        n = X.shape[0]
+        sub = (torch.randperm(n, generator=torch.Generator().manual_seed(self.seed))[
+            :self.max_fit_points] if n > self.max_fit_points else None)
+        model = self._build(X, Y, Yvar, bounds) if sub is None else self._build(
+            X[sub], Y[sub], None if Yvar is None else Yvar[sub], bounds)
         mll = ExactMarginalLogLikelihood(model.likelihood, model)
         try:
-            with warnings.catch_warnings():
+            with warnings.catch_warnings(), gpytorch.settings.max_cholesky_size(_CHOLESKY_MAX):
                 warnings.simplefilter("ignore")  # retries are handled by fit_gpytorch_mll
                 fit_gpytorch_mll(mll)
         except (ModelFittingError, RuntimeError) as err:
             raise PredictorError(f"the GP fit failed on {len(configs)} trials: {err}",
                                  hint="check for duplicated or near-constant data") from err
+        if sub is not None:  # condition on every trial with the hyperparameters of the subset
+            learned = {k: v for k, v in model.state_dict().items()
+                       if k.startswith(("covar_module", "mean_module"))
+                       or (Yvar is None and k.startswith("likelihood"))}
+            model = self._build(X, Y, Yvar, bounds)
+            model.load_state_dict(learned, strict=False)
         model.eval()
         self.model = model
         self.n_train = len(configs)
@@ -217,18 +227,39 @@ class GPPredictor(BasePredictor):
         self.fit_seconds = time.perf_counter() - t0
         return self
 
+    def _build(self, X: torch.Tensor, Y: torch.Tensor, Yvar: torch.Tensor | None,
+               bounds: torch.Tensor) -> Any:
+        """An unfitted BoTorch model of (X, Y): MixedSingleTaskGP or SingleTaskGP."""
+        from botorch.models import MixedSingleTaskGP, SingleTaskGP
+        from botorch.models.transforms import Normalize, Standardize
+
+        cat_dims = [i for i, _ in _index_columns(self._cat_blocks())]
+        if cat_dims:
+            cont = [i for i in range(X.shape[-1]) if i not in cat_dims]
+            return MixedSingleTaskGP(
+                X, Y, cat_dims=cat_dims, train_Yvar=Yvar, outcome_transform=Standardize(m=1),
+                input_transform=Normalize(X.shape[-1], bounds=bounds, indices=cont) if cont
+                else None)
+        return SingleTaskGP(X, Y, train_Yvar=Yvar,
+                            input_transform=Normalize(X.shape[-1], bounds=bounds),
+                            outcome_transform=Standardize(m=1))
+
     # -- prediction -----------------------------------------------------------------------------
     def _posterior(self, configs: Sequence[dict]) -> tuple[np.ndarray, np.ndarray]:
         """Posterior mean and variance of the latent function in model units, shape (n,) each."""
+        import gpytorch
         import torch
 
         self._check_fitted()
         X = self._encode(configs, "configs")
-        with torch.no_grad():
-            post = self.model.posterior(X)
-            mu = post.mean.squeeze(-1).numpy().astype(np.float64)
-            var = post.variance.squeeze(-1).clamp_min(0.0).numpy().astype(np.float64)
-        return mu, var
+        mus, variances = [], []
+        with torch.no_grad(), gpytorch.settings.max_cholesky_size(_CHOLESKY_MAX):
+            for chunk in torch.split(X, _PREDICT_CHUNK):  # bounded memory, and much faster
+                post = self.model.posterior(chunk)
+                mus.append(post.mean.squeeze(-1))
+                variances.append(post.variance.squeeze(-1).clamp_min(0.0))
+        return (torch.cat(mus).numpy().astype(np.float64),
+                torch.cat(variances).numpy().astype(np.float64))
 
 
 def _index_columns(blocks: list[tuple[int, int]]) -> list[tuple[int, int]]:
