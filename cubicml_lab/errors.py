@@ -22,6 +22,7 @@ from __future__ import annotations
 __all__ = [
     "CubicMLError",
     "ConfigError",
+    "DataError",
     "DependencyError",
     "LaunchError",
     "MeasurementError",
@@ -72,6 +73,10 @@ class PredictorError(CubicMLError, ValueError):
 
 class SearchError(CubicMLError, ValueError):
     """A searcher was asked for something it cannot do (e.g. the pool is exhausted)."""
+
+
+class DataError(CubicMLError, RuntimeError):
+    """A dataset is unknown, or its file is missing or cannot be read as a table."""
 
 
 class DependencyError(CubicMLError, ImportError):

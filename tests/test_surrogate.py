@@ -226,8 +226,11 @@ def test_evaluate_predictor_on_a_smooth_function(space, split):
     cfgs = split[0] + split[1][:30]
     vals = [throughput(c) for c in cfgs]
     res = evaluate_predictor(lambda: GPPredictor(space), cfgs, vals, folds=5, seed=0)
-    assert set(res) == {"kendall_tau", "spearman", "mape", "coverage95", "n", "folds"}
+    assert set(res) == {"kendall_tau", "spearman", "mape", "coverage95", "top5_recall", "regret",
+                        "fit_s", "predict_s", "n", "folds"}
     assert res["n"] == 80 and res["folds"] == 5
+    assert 0 <= res["top5_recall"] <= 1 and 0 <= res["regret"] < 0.1
+    assert res["fit_s"] > 0 and res["predict_s"] > 0
     assert res["kendall_tau"] > 0.85 and res["spearman"] > 0.95
     assert 0 <= res["mape"] < 0.1
     assert 0 <= res["coverage95"] <= 1

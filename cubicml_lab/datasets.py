@@ -1,0 +1,536 @@
+"""Measured datasets as a search space plus a table, in one call: ``load(name)``.
+
+Four public tables of cluster measurements ship in ``data/public/`` (``SOURCES.md`` there gives
+their attribution, column dictionary and known flaws); two CPU sweeps of this lab's own workloads
+are collected on this machine (``benchmarks/collect_cpu_sweeps.py``):
+
+=================  ============================================================================
+name               what
+=================  ============================================================================
+bigscience_tr11    BLOOM-176B 3D-topology search, 320-384 A100-80GB (BigScience, 2022)
+lucie7b_seq2k      Lucie-7B parallelism runs, sequence 2048, 8-128 A100-80GB (OpenLLM-France)
+lucie7b_seq4k      Lucie-7B parallelism runs, sequence 4096, 8-256 A100-80GB (OpenLLM-France)
+mpt_llmfoundry     MPT 125M-70B training benchmarks, 8-512 A100/H100 (MosaicML llm-foundry)
+gpt_cpu_sweep      ``gpt`` workload, random search on CPU (``data/gpt_cpu_sweep.parquet``)
+dlrm_cpu_sweep     ``dlrm`` workload, random search on CPU (``data/dlrm_cpu_sweep.parquet``)
+=================  ============================================================================
+
+Every :class:`Dataset` follows the same conventions:
+
+* ``table`` has one row per measured configuration (failed ones included): the knob columns
+  first, then the objective, ``status``, and every other column of the source, for reference.
+* ``status`` is ``"ok"``, ``"oom"``, ``"failed"`` or ``"timeout"``. A source's ``no_result`` becomes
+  ``"failed"`` (the source's word is kept in ``source_status``); a table without a status column
+  is ``"ok"`` where the objective is present, else ``"failed"``. Rows that are not ``"ok"`` have a
+  NaN objective when the source gives no number.
+* The objective is maximised. For the public tables it is ``tokens_per_s_per_gpu``; for the CPU
+  sweeps it is the store's ``throughput`` metric (tokens/s for ``gpt``, samples/s for ``dlrm``).
+* Blank knob cells are never dropped: they are filled with a placeholder, ``-1`` for numbers and
+  ``"unknown"`` for strings, and the placeholder is one of the space's values. ``notes`` says
+  how many cells of which knob were filled.
+* ``space`` is built from the values observed: :class:`~cubicml_lab.Ordinal` (sorted) for numbers,
+  :class:`~cubicml_lab.Choice` for strings, :class:`~cubicml_lab.Bool` for booleans, and no
+  constraints. So every row is in the space, but most points of the space were never measured:
+  for a replayed search the pool is ``dataset.configs()``, not ``space.enumerate()``.
+
+The public tables' knob lists are chosen by hand (the settings a user chooses; values derived
+from them, like ``dp`` or ``grad_accum``, stay as reference columns), see ``_PUBLIC``. The sweeps'
+knobs are the config keys that vary across rows. This module imports no torch and loads pandas
+only inside :func:`load`.
+
+Example:
+    >>> import cubicml_lab as cml
+    >>> ds = cml.datasets.load("lucie7b_seq2k")
+    >>> len(ds.table), ds.objective
+    (52, 'tokens_per_s_per_gpu')
+    >>> ds.knobs
+    ['n_gpus', 'tp', 'pp', 'pipeline_engine', 'zero_stage', 'global_batch_seqs']
+    >>> all(ds.space.contains(c) for c in ds.configs())
+    True
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .errors import ConfigError, DataError
+from .space import Bool, Choice, Ordinal, Parameter, Space
+from .store.tables import _flatten, _keys
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+__all__ = ["UNKNOWN", "UNKNOWN_NUMBER", "Dataset", "default_data_dir", "load", "names"]
+
+#: Placeholder for a blank string knob cell.
+UNKNOWN = "unknown"
+#: Placeholder for a blank numeric knob cell (every real knob value here is positive or zero).
+UNKNOWN_NUMBER = -1
+#: The statuses of a measured row (the store's final statuses).
+_STATUSES = ("ok", "oom", "failed", "timeout")
+#: Source status words that are not ours, and what they become.
+_STATUS_MAP = {"no_result": "failed"}
+_COLLECT_HINT = ("make it with `.venv/bin/python benchmarks/collect_cpu_sweeps.py` (about 45 min "
+                 "on 2 cores; `--workloads gpt` or `dlrm` for one), or point data_dir / "
+                 "CUBICML_LAB_DATA at the folder that holds it")
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class Dataset:
+    """A measured dataset: the space of its knobs and one table row per measured configuration.
+
+    Instances compare by identity (the table is a DataFrame).
+
+    Attributes:
+        name: The name :func:`load` knows it by.
+        space: Every knob with the values observed (no constraints).
+        table: One row per measured configuration: the knob columns, the objective, ``status``
+            (``ok``/``oom``/``failed``/``timeout``) and the source's other columns.
+        objective: Column of ``table`` to maximise; NaN where nothing was measured.
+        knobs: Names of the knob columns, equal to ``space.names``.
+        source: One-line citation: where the numbers come from (repository, commit, file).
+        notes: How the numbers were measured, how the table was built and its known flaws.
+
+    Example:
+        >>> ds = load("mpt_llmfoundry")
+        >>> ok = ds.table[ds.table.status == "ok"]
+        >>> bool((ok[ds.objective] > 0).all())
+        True
+    """
+
+    name: str
+    space: Space
+    table: pd.DataFrame
+    objective: str
+    knobs: list[str]
+    source: str
+    notes: str
+
+    def __repr__(self) -> str:
+        counts = self.table["status"].value_counts().to_dict()
+        shown = ", ".join(f"{k} {v}" for k, v in counts.items())
+        return (f"<Dataset {self.name!r}: {len(self.table)} rows ({shown}), "
+                f"{len(self.knobs)} knobs, objective {self.objective!r}>")
+
+    def configs(self, status: str | None = None) -> list[dict[str, Any]]:
+        """The knob values of every row (or of the rows with ``status``) as plain Python dicts.
+
+        Example:
+            >>> config = load("lucie7b_seq4k").configs()[0]
+            >>> config["n_gpus"], config["pipeline_engine"]
+            (8, 'deepspeed_pipe')
+            >>> len(load("bigscience_tr11").configs(status="oom"))
+            6
+        """
+        rows = self.table if status is None else self.table[self.table["status"] == status]
+        return [{k: _plain(v) for k, v in zip(self.knobs, values)}
+                for values in rows[self.knobs].itertuples(index=False, name=None)]
+
+
+# ------------------------------------------------------------------------------ public tables
+@dataclass(frozen=True)
+class _Public:
+    """How to turn one CSV of ``data/public/`` into a :class:`Dataset`."""
+
+    file: str
+    knobs: tuple[str, ...]
+    source: str
+    notes: str
+    objective: Callable[[pd.DataFrame], pd.Series] | None = None  # None: column already there
+    order: Mapping[str, Sequence[Any]] = field(default_factory=dict)  # string knobs with an order
+
+
+_PUBLIC: dict[str, _Public] = {
+    # The BLOOM-176B search varied the 3D layout (tp, pp, with dp = n_gpus / (tp*pp) kept as a
+    # reference column: one row breaks it), the batch (micro_batch, global_batch_seqs), ZeRO, the
+    # model shape (hidden, n_layers, n_heads: the search traded shape against speed) and, from
+    # 2022-02-28, the precision and the pipeline partition method. Not knobs: seq_len (2048
+    # throughout), model_size_b_reported (follows from the shape), cluster_state and
+    # tflops_formula (context, not choices), date/section (bookkeeping).
+    "bigscience_tr11": _Public(
+        file="real_bigscience_tr11_a100.csv",
+        knobs=("n_gpus", "tp", "pp", "micro_batch", "global_batch_seqs", "zero_stage", "hidden",
+               "n_layers", "n_heads", "precision", "pp_partition"),
+        source="github.com/bigscience-workshop/bigscience @ "
+               "9e64edec2ad1fb9263bf39ba616a84ff64b4d947, "
+               "train/tr11-176B-ml/chronicles-prequel.md lines 465-960 (Apache-2.0)",
+        notes="BLOOM-176B topology search (Feb 2022), Megatron-DeepSpeed on 40-48 Jean-Zay nodes "
+              "of 8 A100-80GB, seq 2048. Each number is a snapshot of the 2nd iteration, which the "
+              "author warns fluctuates: the noisiest table. Objective = tokens_per_s_derived / "
+              "n_gpus. The model shape differs between rows. Context that changed between "
+              "sections is kept in cluster_state (PCIe/NUMA fix on 2022-02-25) and tflops_formula "
+              "(corrected ~3% up). One 40-node row has dp*tp*pp = 640 (topology_consistent = 0, "
+              "kept as is). n_layers/n_heads are blank where the source does not state them "
+              "(the 2022-02-20 hidden-14400 rows, whose layer count changed with pp). Repeats of "
+              "one configuration on either side of the cluster fix differ by up to ~8%.",
+        objective=lambda df: df["tokens_per_s_derived"] / df["n_gpus"],
+    ),
+    # The knobs SOURCES.md names for this file. micro_batch/grad_accum come from a prose table,
+    # not the logs, and are blank for 15 of 52 runs (where that table contradicts the global
+    # batch or does not cover the run), so they stay reference columns; so does
+    # dp = n_gpus / (tp*pp) (blank for the mislabelled run).
+    "lucie7b_seq2k": _Public(
+        file="real_lucie7b_seq2k_a100.csv",
+        knobs=("n_gpus", "tp", "pp", "pipeline_engine", "zero_stage", "global_batch_seqs"),
+        source="github.com/OpenLLM-France/Lucie-Training @ "
+               "c3b8b3a013a32d0a468cd5d6c7bf969a131590c6, "
+               "chronicles/parallelism/logs/{z0,z1}/{b192,b512}/iterations/*.iterations "
+               "(GPL-3.0; numbers only)",
+        notes="Lucie-7B (Llama-2-7B-like, bf16, seq 2048), Megatron-DeepSpeed on 1-16 Jean-Zay "
+              "nodes of 8 A100-80GB. Each ~20-minute run logged every iteration; the objective "
+              "(source column) is global_batch_seqs*seq_len / the median iteration time over "
+              "iterations >= 3, per GPU. Stalls every 50 iterations are in that median. The run "
+              "tagged 1nodes-tp4-pp4 cannot fit 8 GPUs and is probably mislabelled "
+              "(topology_consistent = 0, dp blank). micro_batch is not a knob: it comes from "
+              "prose, not the logs, and is blank for 15 runs. The seq-4k scripts set "
+              "CUDA_LAUNCH_BLOCKING=1; if these did too, absolute throughput is somewhat low.",
+    ),
+    # Everything that varies and is chosen: layout (n_gpus, tp, pp, pipeline engine), batch
+    # (micro_batch, global_batch_seqs; grad_accum follows), vocabulary size and activation
+    # recompute. zero_stage (0) and seq_len (4096) are constant; dp follows from the layout.
+    "lucie7b_seq4k": _Public(
+        file="real_lucie7b_seq4k_a100.csv",
+        knobs=("n_gpus", "tp", "pp", "pipeline_engine", "micro_batch", "global_batch_seqs",
+               "vocab_size", "activation_recompute"),
+        source="github.com/OpenLLM-France/Lucie-Training @ "
+               "c3b8b3a013a32d0a468cd5d6c7bf969a131590c6, "
+               "chronicles/parallelism/scripts/expe_parallelism/expe_summary.csv "
+               "(GPL-3.0; numbers only)",
+        notes="Lucie-7B (bf16, seq 4096, ZeRO-0), Megatron-DeepSpeed on 1-32 Jean-Zay nodes of "
+              "8 A100-80GB. One summary row per run, statistic undocumented; objective = the "
+              "source's tokens_per_s_per_gpu (derived from its reported throughput). The 32-node "
+              "runs logged only 2-3 iterations: noisy. Three rows repeat one 1-node "
+              "configuration (~0.2% apart). The 1_seq4k and 2_vocab_65k launch scripts set "
+              "CUDA_LAUNCH_BLOCKING=1, which lowers absolute throughput.",
+    ),
+    # llm-foundry (FSDP only) varies the hardware (gpu), the model size, seq_len, the GPU
+    # count, precision, FSDP sharding, activation checkpointing and the batch (micro_batch,
+    # global_batch_seqs; grad_accum follows). Not knobs: mp_mode (fixed by precision: bf16 <->
+    # PURE), n_nodes and data_parallel (follow from n_gpus), activation_cpu_offload (always 0),
+    # n_params (follows from model and seq_len). model is ordered by size.
+    "mpt_llmfoundry": _Public(
+        file="real_mpt_llmfoundry.csv",
+        knobs=("gpu", "model", "seq_len", "n_gpus", "precision", "fsdp_sharding",
+               "activation_checkpointing", "micro_batch", "global_batch_seqs"),
+        source="github.com/mosaicml/llm-foundry @ 8c8dd48f72168c5d51e2f7b151595892a8fba43d, "
+               "scripts/train/benchmarking/README.md (Apache-2.0)",
+        notes="MPT 125M-70B training benchmarks on the MosaicML platform (H100-80GB BF16/FP8, "
+              "A100-80GB and A100-40GB with 1600 Gb/s RoCE, 8-512 GPUs), Composer + PyTorch FSDP. "
+              "Short runs (30 batches by default); throughput is the last 10-batch rolling "
+              "window. Objective = throughput_tok_s / n_gpus (the source's per-GPU column is "
+              "rounded to an integer). micro_batch was hand-tuned per row, so configurations "
+              "are sparse: better for predictor accuracy across models than for search. No failed "
+              "runs are reported.",
+        objective=lambda df: df["throughput_tok_s"] / df["n_gpus"],
+        order={"model": ("125m", "350m", "760m", "1b", "3b", "7b", "13b", "30b", "70b")},
+    ),
+}
+
+_SWEEPS: dict[str, str] = {"gpt_cpu_sweep": "gpt", "dlrm_cpu_sweep": "dlrm"}
+
+
+def names() -> list[str]:
+    """Every dataset name :func:`load` knows: the public tables, then the CPU sweeps.
+
+    Example:
+        >>> names()[:2]
+        ['bigscience_tr11', 'lucie7b_seq2k']
+    """
+    return [*_PUBLIC, *_SWEEPS]
+
+
+def default_data_dir() -> Path:
+    """``$CUBICML_LAB_DATA`` if set, else the repository's ``data/`` folder next to this package."""
+    env = os.environ.get("CUBICML_LAB_DATA")
+    return Path(env).expanduser() if env else Path(__file__).resolve().parents[1] / "data"
+
+
+def load(name: str, data_dir: str | os.PathLike[str] | None = None) -> Dataset:
+    """Load a measured dataset as a :class:`Dataset` (space + table).
+
+    Args:
+        name: One of :func:`names`.
+        data_dir: Folder holding ``public/`` and the sweep Parquet files; default
+            :func:`default_data_dir`.
+
+    Returns:
+        The dataset, its table freshly read from disk.
+
+    Raises:
+        DataError: An unknown name (the message lists the known ones), a missing file (the hint
+            says how to get it) or a file that cannot be read as the expected table.
+
+    Example:
+        >>> ds = load("bigscience_tr11")
+        >>> int((ds.table.status == "oom").sum()), ds.objective
+        (6, 'tokens_per_s_per_gpu')
+    """
+    if name not in _PUBLIC and name not in _SWEEPS:
+        raise DataError(f"unknown dataset {name!r}; known datasets: {', '.join(names())}",
+                        hint="see cubicml_lab.datasets.names()")
+    root = default_data_dir() if data_dir is None else Path(data_dir).expanduser()
+    if name in _PUBLIC:
+        return _load_public(name, _PUBLIC[name], root / "public")
+    return _load_sweep(name, _SWEEPS[name], root / f"{name}.parquet")
+
+
+def _load_public(name: str, spec: _Public, folder: Path) -> Dataset:
+    pd = _pandas()
+    path = folder / spec.file
+    if not path.is_file():
+        raise DataError(f"no file {path} for dataset {name!r}",
+                        hint="the public tables ship in the repository's data/public/; pass "
+                             "data_dir= (or set CUBICML_LAB_DATA) to the folder that holds public/")
+    try:
+        df = pd.read_csv(path)
+    except (OSError, ValueError) as err:
+        raise DataError(f"cannot read {path} as CSV: {err}",
+                        hint="restore it from the repository (git checkout data/public)") from None
+    missing = [c for c in spec.knobs if c not in df.columns]
+    if missing:
+        raise DataError(f"{path} lacks the knob column(s) {missing}",
+                        hint="restore it from the repository (git checkout data/public)")
+    objective = "tokens_per_s_per_gpu"
+    if spec.objective is not None:
+        df[objective] = spec.objective(df).astype("float64")
+    return _finish(name, df, list(spec.knobs), objective, spec.source, spec.notes, spec.order)
+
+
+# ------------------------------------------------------------------------------- CPU sweeps
+def _load_sweep(name: str, workload: str, path: Path) -> Dataset:
+    pd = _pandas()
+    if not path.is_file():
+        raise DataError(f"no file {path}: dataset {name!r} is collected on this machine, not "
+                        "shipped", hint=_COLLECT_HINT)
+    try:
+        df = pd.read_parquet(path)
+    except (OSError, ValueError, ImportError) as err:
+        raise DataError(f"cannot read {path} as Parquet: {err}", hint=_COLLECT_HINT) from None
+    if "status" not in df.columns:
+        raise DataError(f"{path} has no 'status' column: not a trial table",
+                        hint="write it with TrialStore.to_dataframe(...).to_parquet(path)")
+    others = sorted({str(w) for w in df.get("workload", [])} - {workload, ""})
+    if others:
+        raise DataError(f"{path} holds trials of workload(s) {others}, not only {workload!r}",
+                        hint=f"dataset {name!r} is the {workload!r} sweep; " + _COLLECT_HINT)
+    if "config" in df.columns:  # the raw form: config/metrics/hardware as JSON text or dicts
+        df, config_keys = _expand_raw(pd, df)
+    else:  # the tidy form of TrialStore.to_dataframe: one column per config key
+        config_keys = _tidy_config_columns(df, path)
+    unfinished = ~df["status"].isin(list(_STATUSES) + list(_STATUS_MAP))
+    dropped = int(unfinished.sum())
+    df = df[~unfinished].reset_index(drop=True)
+    if not len(df):
+        raise DataError(f"{path} has no finished trials", hint=_COLLECT_HINT)
+    if "throughput" not in df.columns:
+        df["throughput"] = math.nan
+    df["throughput"] = pd.to_numeric(df["throughput"], errors="coerce").astype("float64")
+    knobs = [k for k in config_keys if df[k].astype(str).nunique() > 1]
+    if not knobs:
+        raise DataError(f"{path}: no config key varies across its {len(df)} trials, so there is "
+                        "no knob to search", hint=_COLLECT_HINT)
+    versions = sorted({str(v) for v in df.get("workload_version", [])} - {""})
+    campaigns = sorted({str(c) for c in df.get("campaign", [])} - {""})
+    notes = (f"Real measurements of this lab's {workload!r} workload (version(s) "
+             f"{', '.join(versions) or '?'}) by benchmarks/collect_cpu_sweeps.py: random search,"
+             " each trial in a fresh subprocess under an address-space limit (configurations that"
+             " do not fit are 'oom'), median step time in steady state, on the machine in the "
+             "hw.* columns. Campaign(s) " + (", ".join(campaigns) or "?") + "; a '-repeats' "
+             "campaign measures some ok configurations again (same knobs, new row), which gives "
+             "the noise floor. Other processes shared the machine, so noise is a few percent (see "
+             "step_time_rel_ci). Knobs = the config keys that vary.")
+    if dropped:
+        notes += f" {dropped} unfinished (pending/running) trial(s) dropped."
+    source = (f"cubicml-lab (this repository), benchmarks/collect_cpu_sweeps.py -> "
+              f"data/{path.name}")
+    return _finish(name, df, knobs, "throughput", source, notes, {})
+
+
+def _expand_raw(pd: Any, df: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
+    """One column per config key, metric and (flattened, ``hw.``) hardware field."""
+    cols = {c: df[c] for c in df.columns if c not in ("config", "metrics", "hardware")}
+    parsed = {c: [_as_dict(v, c) for v in df[c]] if c in df.columns else [{}] * len(df)
+              for c in ("config", "metrics", "hardware")}
+    config_keys = []
+    for key in _keys(parsed["config"]):
+        col = f"config.{key}" if key in cols else key
+        cols[col] = pd.Series([d.get(key) for d in parsed["config"]], dtype=object)
+        config_keys.append(col)
+    for key in _keys(parsed["metrics"]):
+        col = f"metric.{key}" if key in cols else key
+        cols[col] = pd.Series([_number(d.get(key)) for d in parsed["metrics"]])
+    hardware = [_flatten(d, "hw.") for d in parsed["hardware"]]
+    for key in _keys(hardware):
+        cols[key] = pd.Series([d.get(key) for d in hardware], dtype=object)
+    out = pd.DataFrame(cols, index=df.index)
+    for col in config_keys:  # object -> int64/float64/bool when every value allows it
+        out[col] = _typed(pd, out[col])
+    return out.reset_index(drop=True), config_keys
+
+
+def _tidy_config_columns(df: pd.DataFrame, path: Path) -> list[str]:
+    """The config columns of a tidy table: the knobs of its workload(s), as named there."""
+    from . import workloads
+
+    columns: list[str] = []
+    for workload in sorted({str(w) for w in df.get("workload", [])}):
+        try:
+            knobs = workloads.get(workload).knobs()
+        except ConfigError as err:  # a workload this version of the lab does not know
+            raise DataError(f"{path}: cannot tell config columns from metrics for workload "
+                            f"{workload!r} ({err})",
+                            hint="write the raw form (TrialStore.export) instead") from None
+        for knob in knobs:
+            for col in (f"config.{knob}", knob):
+                if col in df.columns and col not in columns:
+                    columns.append(col)
+                    break
+    if not columns:
+        raise DataError(f"{path} has no config column (neither 'config' nor a workload's knobs)",
+                        hint="write it with TrialStore.to_dataframe(...).to_parquet(path)")
+    return columns
+
+
+# ------------------------------------------------------------------------------- shared steps
+def _finish(name: str, df: pd.DataFrame, knobs: list[str], objective: str, source: str,
+            notes: str, order: Mapping[str, Sequence[Any]]) -> Dataset:
+    """Normalise status, fill blank knob cells, build the space and order the columns."""
+    df = df.copy()
+    df["status"] = _status(df, objective)
+    filled = _fill_blanks(df, knobs)
+    if filled:
+        notes += " Blank knob cells filled: " + ", ".join(
+            f"{k} {n} -> {UNKNOWN_NUMBER if _is_number_col(df[k]) else repr(UNKNOWN)}"
+            for k, n in filled.items()) + "."
+    repeats = df.duplicated(knobs, keep=False)
+    if repeats.any():
+        notes += (f" {int(repeats.sum())} rows share their knob values with another row "
+                  f"({int(df[repeats].drop_duplicates(knobs).shape[0])} configurations measured "
+                  "more than once).")
+    space = Space([_parameter(k, df[k], order.get(k)) for k in knobs])
+    first = [*knobs, objective, "status"]
+    df = df[first + [c for c in df.columns if c not in first]].reset_index(drop=True)
+    return Dataset(name=name, space=space, table=df, objective=objective, knobs=list(space.names),
+                   source=source, notes=notes)
+
+
+def _status(df: pd.DataFrame, objective: str) -> pd.Series:
+    """``ok``/``oom``/``failed``/``timeout`` per row; keeps the source's word in source_status."""
+    import numpy as np
+    import pandas as pd
+
+    if "status" not in df.columns:
+        return pd.Series(np.where(df[objective].notna(), "ok", "failed"), index=df.index,
+                         dtype=object)
+    raw = df["status"].astype(str).str.strip()
+    if raw.isin(list(_STATUS_MAP)).any():
+        df["source_status"] = raw
+    status = raw.replace(_STATUS_MAP)
+    bad = sorted(set(status) - set(_STATUSES))
+    if bad:
+        raise DataError(f"unknown status value(s) {bad}",
+                        hint=f"statuses are {', '.join(_STATUSES)} (and no_result -> failed)")
+    return status.astype(object)
+
+
+def _fill_blanks(df: pd.DataFrame, knobs: Sequence[str]) -> dict[str, int]:
+    """Fill blank knob cells in place (numbers: -1, strings/bools: "unknown"); count per knob."""
+    import pandas as pd
+
+    filled = {}
+    for k in knobs:
+        col = df[k]
+        n = int(col.isna().sum())
+        if _is_number_col(col):
+            col = col.fillna(UNKNOWN_NUMBER) if n else col
+            if pd.api.types.is_float_dtype(col.dtype) and (col % 1 == 0).all():
+                col = col.astype("int64")
+            elif str(col.dtype) == "Int64":
+                col = col.astype("int64")
+        elif n:
+            col = col.astype(object).where(col.notna(), UNKNOWN)
+        df[k] = col
+        if n:
+            filled[k] = n
+    return filled
+
+
+def _parameter(name: str, col: pd.Series, order: Sequence[Any] | None) -> Parameter:
+    """A parameter holding exactly the values observed in ``col``."""
+    values = list(dict.fromkeys(_plain(v) for v in col))
+    if order is not None:
+        extra = [v for v in values if v not in order]
+        if extra:
+            raise DataError(f"knob {name!r}: values {extra} are not in the order {list(order)}")
+        return Ordinal(name, [v for v in order if v in values])
+    if all(isinstance(v, bool) for v in values) and len(values) == 2:
+        return Bool(name)
+    if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+        return Ordinal(name, sorted(values))
+    return Choice(name, sorted(values, key=lambda v: (type(v).__name__, str(v))))
+
+
+def _is_number_col(col: pd.Series) -> bool:
+    import pandas as pd
+
+    return pd.api.types.is_numeric_dtype(col.dtype) and not pd.api.types.is_bool_dtype(col.dtype)
+
+
+def _typed(pd: Any, col: pd.Series) -> pd.Series:
+    """An object column of config values as int64/float64/bool when every value allows it."""
+    present = [v for v in col if v is not None and not (isinstance(v, float) and math.isnan(v))]
+    if present and all(isinstance(v, bool) for v in present):
+        return col.astype("boolean" if len(present) < len(col) else bool)
+    if present and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in present):
+        if all(isinstance(v, int) for v in present):
+            return col.astype("Int64" if len(present) < len(col) else "int64")
+        return pd.to_numeric(col).astype("float64")
+    return col
+
+
+def _as_dict(value: Any, column: str) -> dict[str, Any]:
+    """A JSON text or dict cell as a dict ({} for a missing cell)."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return {}
+    if isinstance(value, Mapping):
+        return dict(value)
+    if isinstance(value, (str, bytes)):
+        try:
+            out = json.loads(value) if value else {}
+        except json.JSONDecodeError as err:
+            raise DataError(f"column {column!r}: {value!r:.80} is not JSON ({err})",
+                            hint="write the table with TrialStore.to_dataframe or export") from None
+        if isinstance(out, dict):
+            return out
+    raise DataError(f"column {column!r}: {value!r:.80} is not a JSON object or dict",
+                    hint="write the table with TrialStore.to_dataframe or export")
+
+
+def _number(value: Any) -> Any:
+    """Metric values: the store's "NaN"/"Infinity" strings back to floats, None to NaN."""
+    nonfinite = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
+    if value is None:
+        return math.nan
+    return nonfinite.get(value, value) if isinstance(value, str) else value
+
+
+def _plain(value: Any) -> Any:
+    """A plain Python scalar from a NumPy/pandas scalar."""
+    return value.item() if hasattr(value, "item") and not isinstance(value, (str, bytes)) else value
+
+
+def _pandas() -> Any:
+    try:
+        import pandas as pd
+    except ImportError as err:  # pragma: no cover - pandas is a dependency
+        from .errors import DependencyError
+
+        raise DependencyError(f"loading a dataset needs pandas ({err})",
+                              hint="pip install pandas pyarrow") from None
+    return pd
