@@ -170,10 +170,9 @@ class Campaign:
         if trial.id in self._told or trial.status not in FINAL_STATUSES:
             return
         params = {n: trial.config[n] for n in self.space.names}
-        if trial.status == "ok":
-            self.searcher.tell(params, {self.objective: trial.metrics[self.objective]}, status="ok")
-        else:
-            self.searcher.tell(params, None, status=trial.status)
+        # every metric goes along: peak memory teaches the feasibility model, a second
+        # objective or a noise metric may be read by the searcher
+        self.searcher.tell(params, dict(trial.metrics or {}), status=trial.status)
         self._told.add(trial.id)
 
     # -- the loop ------------------------------------------------------------------------------
@@ -240,7 +239,8 @@ class Campaign:
                         on_trial(trial)
                 should_stop = getattr(self.searcher, "should_stop", None)
                 if callable(should_stop) and self.stop_reason is None and should_stop():
-                    self.stop_reason = "the searcher's stopping rule fired"
+                    self.stop_reason = ("the searcher's stopping rule fired: "
+                                        f"{getattr(self.searcher, 'stop_reason', None) or ''}")
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
             bar.close()

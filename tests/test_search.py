@@ -295,3 +295,102 @@ def test_a_constrained_space_is_searched_to_exhaustion(cls, tiny_space):
     assert s.best()[1] == 815.0
     with pytest.raises(SearchError, match="all 20 configurations"):
         s.ask()
+
+
+# -- #5: failures teach a feasibility model, stopping, repeats, neighbours, two objectives -------
+def memory_gib(cfg: dict) -> float:
+    """Made-up peak memory: grows with layers and micro-batch."""
+    return 0.5 * cfg["layers"] * cfg["micro_batch"]
+
+
+def run_with_oom(searcher: Searcher, steps: int, limit: float = 12.0) -> int:
+    """Run ``steps`` single asks where configs above ``limit`` GiB fail with oom; count ooms."""
+    ooms = 0
+    for _ in range(steps):
+        [cfg] = searcher.ask()
+        if memory_gib(cfg) > limit:
+            ooms += 1
+            searcher.tell(cfg, None, status="oom")
+        else:
+            searcher.tell(cfg, {"throughput": throughput(cfg), "peak_mem_gib": memory_gib(cfg)})
+    return ooms
+
+
+@pytest.mark.slow  # about 60 real GP fits
+def test_told_failures_teach_the_search_to_avoid_the_oom_region(space):
+    # the unconstrained optimum (layers 7, micro_batch 8: 28 GiB) does not fit in 12 GiB; a search
+    # that ignores failures keeps proposing its neighbours
+    weighted = [run_with_oom(BayesianSearch(space, seed=s, n_init=4), 20) for s in range(3)]
+    blind = [run_with_oom(BayesianSearch(space, seed=s, n_init=4, feasibility=False), 20)
+             for s in range(3)]
+    assert sum(weighted) < sum(blind), (weighted, blind)
+
+
+def test_feasibility_weights_enter_the_acquisition(space):
+    s = BayesianSearch(space, seed=0, n_init=4)
+    run_with_oom(s, 7)
+    assert s.feasibility_model is not None
+    info = s.last_ask_info
+    assert info["phase"] == "bo" and 0 <= info["p_feasible_of_picks"][0] <= 1
+
+
+def test_should_stop_fires_on_a_flat_problem_and_says_why(space):
+    s = BayesianSearch(space, seed=3, n_init=4, stop_patience=2)
+    flat = lambda cfg: 1000.0 * (1 + 1e-5 * cfg["layers"])  # noqa: E731
+    steps = 0
+    while not s.should_stop() and steps < 12:
+        run(s, 1, fn=flat)
+        steps += 1
+    assert s.should_stop(), s.improvement_trace
+    assert steps <= 8 and "below 0.5% for 2 asks in a row" in s.stop_reason
+    assert all(r < 0.005 for r in s.improvement_trace[-2:])
+
+
+def test_should_stop_does_not_fire_while_improvement_is_expected(space):
+    s = BayesianSearch(space, seed=0, n_init=4)
+    run(s, 6)
+    assert s.improvement_trace and not s.should_stop() and s.stop_reason is None
+
+
+def test_repeats_only_when_asked_for(space):
+    s = RandomSearch(space, seed=0)
+    [cfg] = s.ask()
+    s.tell(cfg, {"throughput": 5.0})
+    s.enqueue(cfg)  # already told: ignored
+    assert s.ask() != [cfg]
+    s.enqueue(cfg, repeat=True)
+    assert s.ask() == [cfg]
+    s.tell(cfg, {"throughput": 6.0})
+    assert [h["value"] for h in s.history if h["config"] == cfg] == [5.0, 6.0]
+
+
+def test_a_sampled_pool_holds_the_neighbours_of_the_best(monkeypatch, space):
+    import cubicml_lab.search.base as base
+
+    monkeypatch.setattr(base, "ENUMERATE_POOL_LIMIT", 10)  # force the sampled pool
+    s = RandomSearch(space, seed=0, num_candidates=5)
+    best = {"layers": 5, "micro_batch": 4, "compile": True}
+    s.tell(best, {"throughput": 9.0})
+    pool = {k for k, _ in s._pool()}
+    near = [{**best, "layers": 4}, {**best, "layers": 6}, {**best, "micro_batch": 2},
+            {**best, "micro_batch": 8}, {**best, "compile": False}]
+    assert {space.key(c) for c in near} <= pool
+    assert {space.key(c) for c in s.neighbours(best)} == {space.key(c) for c in near}
+
+
+def test_two_objectives_search_and_pareto_front(space):
+    s = BayesianSearch(space, seed=0, n_init=4, second_objective="peak_mem_gib")
+    for _ in range(6):
+        for cfg in s.ask(2):
+            s.tell(cfg, {"throughput": throughput(cfg), "peak_mem_gib": memory_gib(cfg)})
+    assert s.last_ask_info["phase"] == "bo" and s.second_predictor is not None
+    assert s.last_ask_info["relative_improvement"] > 0
+    front = s.pareto()
+    assert front and all(set(p) == {"config", "throughput", "peak_mem_gib"} for p in front)
+    told = [(h["value"], h["values"]["peak_mem_gib"]) for h in s.history]
+    for p in front:  # nothing told is both faster and smaller
+        assert not any(t > p["throughput"] and m < p["peak_mem_gib"] for t, m in told)
+    assert [p["throughput"] for p in front] == sorted((p["throughput"] for p in front),
+                                                      reverse=True)
+    with pytest.raises(SearchError, match="pareto\\(\\) needs two objectives"):
+        BayesianSearch(space).pareto()

@@ -112,6 +112,31 @@ def _noisy(cfgs: list[dict], sigma: float, rng: np.random.Generator) -> np.ndarr
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("stated_noise", [False, True])
+def test_fast_exact_posterior_agrees_with_gpytorch(space, split, stated_noise):
+    import gpytorch
+    import torch
+
+    cfgs = split[0]
+    noise = [0.02 + 0.01 * (i % 3) for i in range(len(cfgs))] if stated_noise else None
+    pred = GPPredictor(space).fit(cfgs, [throughput(c) for c in cfgs], noise=noise)
+    X = pred._encode(split[1], "configs")
+    mu, var = pred._posterior_encoded(X)
+    with torch.no_grad(), gpytorch.settings.max_cholesky_size(5000):
+        post = pred.model.posterior(X)
+    np.testing.assert_allclose(mu, post.mean.squeeze(-1).numpy(), rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(var, post.variance.squeeze(-1).numpy(), rtol=1e-6, atol=1e-10)
+
+
+def test_a_warm_started_fit_matches_a_cold_one(space, split):
+    cfgs, y = split[0], [throughput(c) for c in split[0]]
+    cold = GPPredictor(space).fit(cfgs, y)
+    warm = GPPredictor(space, seed=1).fit(cfgs, y, warm_start=cold, max_iter=5)
+    a, _ = cold.predict(split[1])
+    b, _ = warm.predict(split[1])
+    np.testing.assert_allclose(a, b, rtol=0.02)  # starts at the optimum, stays there
+
+
 def test_interval_coverage_with_known_log_normal_noise(space):
     rng = np.random.default_rng(1)
     cfgs = space.enumerate()

@@ -2,14 +2,20 @@
 
 :class:`Searcher` holds the shared bookkeeping (pool, pending, told, enqueued, best);
 :class:`RandomSearch` draws uniformly from the untried pool; :class:`BayesianSearch` fits a GP on
-log(objective) and maximises noisy expected improvement over the pool. Importing this package does
-not import torch; BoTorch loads at the first Bayesian-optimisation step.
+log(objective) and maximises noisy expected improvement over the pool;
+:class:`PredictorGuidedSearch` (the CubicML paper's loop) fits an MLP predictor and launches its
+predicted top-k. Importing this package does not import torch; BoTorch loads at the first
+Bayesian-optimisation step. :class:`TableObjective` replays a search offline against a table of
+measured (or modelled) configurations.
 """
 
 from __future__ import annotations
 
 from .base import Searcher
 from .bayesian import BayesianSearch
+from .guided import PredictorGuidedSearch
 from .random import RandomSearch
+from .table import TableObjective, TableResult
 
-__all__ = ["BayesianSearch", "RandomSearch", "Searcher"]
+__all__ = ["BayesianSearch", "PredictorGuidedSearch", "RandomSearch", "Searcher", "TableObjective",
+           "TableResult"]

@@ -6,10 +6,15 @@ A :class:`Searcher` proposes configurations (:meth:`~Searcher.ask`) and learns w
 
 * the **pool** of proposable configurations: ``candidates`` if given; else every valid
   configuration (``space.enumerate()``) when ``space.size() <= ENUMERATE_POOL_LIMIT``; else a
-  seeded sample of ``num_candidates`` valid configurations, redrawn at each ask;
+  seeded sample of ``num_candidates`` valid configurations, redrawn at each ask, plus the valid
+  **neighbours** of the best ok configurations so far (every configuration one parameter step
+  away: the next value up or down of an ordered parameter, any other value of a choice), so a
+  search can refine around its best finds in a space too large to list;
 * what was **told** (never proposed again, failures included; telling the same configuration twice
   keeps both observations), what is **pending** (asked, not yet told: never proposed twice), and
-  the **enqueued** configurations that the next asks return first (e.g. a user's default);
+  the **enqueued** configurations that the next asks return first (e.g. a user's default; with
+  ``repeat=True`` a configuration already told, to measure it again: the only way a searcher
+  proposes a repeat);
 * input checks with messages that name the bad value, the :attr:`~Searcher.history` and
   :meth:`~Searcher.best`.
 
@@ -39,6 +44,8 @@ STATUSES = ("ok", "oom", "failed", "timeout")
 DIRECTIONS = ("maximize", "minimize")
 #: Spaces with at most this many valid configurations are searched exhaustively.
 ENUMERATE_POOL_LIMIT = 100_000
+#: Sampled pools (spaces too large to list) also hold the neighbours of this many best configs.
+NEIGHBOUR_BEST = 5
 
 
 class Searcher:
@@ -89,9 +96,10 @@ class Searcher:
         self._history: list[dict[str, Any]] = []
         self._told: set[str] = set()
         self._pending: dict[str, dict] = {}
-        self._queue: list[tuple[str, dict]] = []
+        self._queue: list[tuple[str, dict, bool]] = []
         self._candidates: list[tuple[str, dict]] | None = None
         self._fixed_pool: list[tuple[str, dict]] | None = None
+        self._untried_keys: list[str] = []
         if candidates is not None:
             if isinstance(candidates, Mapping):
                 raise SearchError("candidates must be a list of configuration dicts, got one dict",
@@ -121,9 +129,10 @@ class Searcher:
 
     @property
     def history(self) -> list[dict[str, Any]]:
-        """Every told trial in order: ``{"config", "status", "value"}`` (value None unless ok)."""
-        return [{"config": dict(h["config"]), "status": h["status"], "value": h["value"]}
-                for h in self._history]
+        """Every told trial in order: ``{"config", "status", "value", "values"}`` (value: the
+        objective, None unless ok; values: every finite number told with it)."""
+        return [{"config": dict(h["config"]), "status": h["status"], "value": h["value"],
+                 "values": dict(h["values"])} for h in self._history]
 
     @property
     def pending(self) -> list[dict]:
@@ -134,6 +143,21 @@ class Searcher:
         """Configurations and values of the ok observations, in tell order."""
         ok = [h for h in self._history if h["status"] == "ok"]
         return [h["config"] for h in ok], np.array([h["value"] for h in ok], dtype=np.float64)
+
+    def _not_ready(self, configs: list[dict], values: np.ndarray, n_init: int,
+                   model: str) -> tuple[str, str] | None:
+        """Why a model-based searcher cannot fit ``model`` on the ok history yet, as
+        ``(phase, reason)``: ``"initial"`` before ``n_init`` ok observations, ``"fallback"`` with
+        fewer than 2 distinct configurations or identical values; None when it can."""
+        if len(configs) < n_init:
+            return "initial", f"{len(configs)} of n_init = {n_init} ok observations so far"
+        n_distinct = len({self.space.key(c) for c in configs})
+        if n_distinct < 2:
+            return "fallback", f"only {n_distinct} distinct ok configuration; {model} needs 2"
+        if np.ptp(values) == 0:
+            return "fallback", (f"all {len(values)} ok values are identical ({values[0]:g}); "
+                                f"{model} has nothing to learn")
+        return None
 
     def _rng(self) -> np.random.Generator:
         return np.random.default_rng([self.seed, self.n_told])
@@ -158,7 +182,34 @@ class Searcher:
         except SpaceError as err:
             raise SearchError(f"cannot draw a pool of {self.num_candidates} candidates: "
                               f"{err.message}", hint=err.hint or "pass candidates=[...]") from None
-        return [(self.space.key(c), c) for c in sample]
+        pool = {self.space.key(c): c for c in sample}
+        configs, values = self._ok()
+        if configs:
+            order = np.argsort(-values if self.direction == "maximize" else values, kind="stable")
+            for i in order[:NEIGHBOUR_BEST]:
+                for cfg in self.neighbours(configs[int(i)]):
+                    pool.setdefault(self.space.key(cfg), cfg)
+        return list(pool.items())
+
+    def neighbours(self, config: dict) -> list[dict]:
+        """Valid configurations one parameter step from ``config``: the next value up and down
+        of an ordered discrete parameter (int, power of two, ordinal, bool), every other value of
+        a choice; continuous parameters are left as they are."""
+        out = []
+        for p in self.space.parameters:
+            if not p.is_discrete:
+                continue
+            vals = p.values()
+            if config[p.name] not in vals:
+                continue
+            i = vals.index(config[p.name])
+            others = ([v for v in vals if v != config[p.name]] if p.kind == "choice"
+                      else [vals[j] for j in (i - 1, i + 1) if 0 <= j < len(vals)])
+            for v in others:
+                cand = {**config, p.name: v}
+                if self.space.contains(cand):
+                    out.append(self.space.project(cand))
+        return out
 
     # -- the interface --------------------------------------------------------------------------
     def ask(self, n: int = 1) -> list[dict]:
@@ -174,13 +225,17 @@ class Searcher:
             raise SearchError(f"ask(n={n!r}): n must be an int >= 1", hint="e.g. ask(4)")
         out: list[dict] = []
         while self._queue and len(out) < n:
-            key, cfg = self._queue.pop(0)
-            if key not in self._told and key not in self._pending:
+            key, cfg, repeat = self._queue.pop(0)
+            if (repeat or key not in self._told) and key not in self._pending:
                 self._pending[key] = cfg
                 out.append(dict(cfg))
         if len(out) < n:
             pool = self._pool()
-            untried = [c for k, c in pool if k not in self._told and k not in self._pending]
+            untried_pairs = [(k, c) for k, c in pool
+                             if k not in self._told and k not in self._pending]
+            untried = [c for _, c in untried_pairs]
+            #: keys of the configurations handed to ``_propose``, in the same order
+            self._untried_keys = [k for k, _ in untried_pairs]
             if not untried and not out:
                 raise SearchError(
                     f"nothing left to propose: all {len(pool)} configurations of the pool have "
@@ -215,6 +270,12 @@ class Searcher:
                               hint="report a crash as 'failed', out-of-memory as 'oom'")
         key = self._key(config, "config")
         value: float | None = None
+        numbers = {}
+        if isinstance(values, Mapping):
+            for k, v in values.items():
+                if isinstance(v, (int, float, np.number)) and not isinstance(v, bool) \
+                        and math.isfinite(float(v)):
+                    numbers[str(k)] = float(v)
         if status == "ok":
             if not isinstance(values, Mapping) or self.objective not in values:
                 got = sorted(values) if isinstance(values, Mapping) else values
@@ -237,25 +298,28 @@ class Searcher:
             raise SearchError(f"values = {values!r} must be a dict or None",
                               hint="e.g. tell(config, None, status='oom')")
         self._pending.pop(key, None)
-        self._queue = [(k, c) for k, c in self._queue if k != key]
+        self._queue = [q for q in self._queue if q[0] != key or q[2]]
         self._told.add(key)
         self._history.append({"config": self.space.project(config), "status": status,
-                              "value": value})
+                              "value": value, "values": numbers})
 
-    def enqueue(self, config: dict) -> None:
+    def enqueue(self, config: dict, *, repeat: bool = False) -> None:
         """Have the next ask return ``config`` first (before any proposal), like Optuna's
         ``enqueue_trial``; e.g. the user's default configuration.
 
         A configuration already told, pending or enqueued is not queued again (so a resumed
-        campaign may enqueue its default every time it starts). It need not be in ``candidates``.
+        campaign may enqueue its default every time it starts), unless ``repeat=True``: then a
+        told configuration is asked once more (a repeat measurement, e.g. to confirm the best).
+        It need not be in ``candidates``.
 
         Raises:
             SearchError: If ``config`` is not in the space.
         """
         key = self._key(config, "config")
-        if key in self._told or key in self._pending or any(k == key for k, _ in self._queue):
+        queued = any(q[0] == key for q in self._queue)
+        if key in self._pending or queued or (key in self._told and not repeat):
             return
-        self._queue.append((key, self.space.project(config)))
+        self._queue.append((key, self.space.project(config), bool(repeat)))
 
     def best(self) -> tuple[dict, float]:
         """The best ok observation by direction: ``(config, value)`` (the first one on ties).

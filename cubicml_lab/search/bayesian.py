@@ -11,13 +11,33 @@
    ``log(1 / objective)`` when minimising, so a larger model output is always better), and
    ``qLogNoisyExpectedImprovement`` (``X_baseline`` = observed ok configurations,
    ``prune_baseline=True``, a seeded ``SobolQMCNormalSampler``) is evaluated exhaustively over the
-   untried pool in chunks of shape ``(chunk, 1, d)``. A batch (``n > 1``) is built greedily: take
-   the best, add it to ``X_pending``, re-evaluate, repeat, so the batch is diverse. Configurations
-   asked but not yet told are passed as ``X_pending`` too.
+   untried pool in chunks of shape ``(chunk, 1, d)`` (a pool larger than ``SCREEN_SIZE`` is first
+   screened to that many by the analytic log EI against the best posterior mean observed). A
+   batch (``n > 1``) is built greedily: take the best, add it to ``X_pending``, re-evaluate,
+   repeat, so the batch is diverse. Configurations asked but not yet told are passed as
+   ``X_pending`` too. The hyperparameters are fitted from scratch only every 25 % of growth of
+   the history and warm-started in between (``BayesianSearch._fit``).
 
 If the GP cannot be fitted (fewer than 2 distinct ok configurations, all ok values identical, or a
 numerical failure) that ask falls back to the space-filling step; :attr:`last_ask_info` says why.
-Failed trials (oom, failed, timeout) do not enter the GP; they are only never proposed again.
+
+**Failures.** Failed trials (oom, failed, timeout) do not enter the objective's GP; they are never
+proposed again, and they teach a :class:`~cubicml_lab.surrogate.FeasibilityModel` (a GP classifier
+of ran/failed, and with ``memory_limit_gib`` a log peak-memory GP): the acquisition value of every
+candidate is multiplied by its probability of running (added in log space), so the search learns
+the out-of-memory boundary instead of walking into it again. Before the first failure (and without
+a memory limit) the weight is 1.
+
+**Stopping.** Each BO ask records the best feasibility-weighted expected improvement, relative to
+the incumbent (with ``log_objective`` the expected improvement of ``log(objective)`` is already
+relative: 0.005 is 0.5 %). :meth:`BayesianSearch.should_stop` fires when it has stayed below
+``stop_threshold`` for ``stop_patience`` BO asks in a row; :attr:`stop_reason` says so in words.
+
+**Two objectives.** With ``second_objective`` (e.g. ``"peak_mem_gib"``, minimised by default) the
+search models both (a GP each, on logs) and maximises ``qLogNoisyExpectedHypervolumeImprovement``
+with the reference point just below the worst observed values; :meth:`BayesianSearch.pareto`
+returns the non-dominated trials. The stopping rule then reads the expected hypervolume
+improvement relative to the current hypervolume.
 
 Determinism: torch and numpy are seeded from ``(seed, n_told)`` at each ask, so a searcher told the
 same history proposes the same configurations (a resumed campaign continues as if it had never
@@ -26,6 +46,7 @@ stopped).
 
 from __future__ import annotations
 
+import math
 import time
 import warnings
 from collections.abc import Sequence
@@ -40,6 +61,13 @@ if TYPE_CHECKING:
     from ..space import Space
 
 __all__ = ["BayesianSearch", "default_n_init"]
+
+#: L-BFGS-B iterations of a warm-started hyperparameter fit (see ``BayesianSearch._fit``).
+WARM_MAX_ITER = 40
+#: L-BFGS-B iterations of each feasibility-model GP (cold-started at every ask).
+FEASIBILITY_MAX_ITER = 60
+#: Pools larger than this are screened by analytic log EI to this many before qLogNEI runs.
+SCREEN_SIZE = 2048
 
 
 def default_n_init(space: Space) -> int:
@@ -57,6 +85,16 @@ class BayesianSearch(Searcher):
         log_objective: Model ``log(objective)`` (default; ok values must then be > 0).
         mc_samples: Quasi-Monte-Carlo samples of the acquisition function.
         chunk_size: Pool configurations evaluated per acquisition call (memory vs. speed).
+        feasibility: Weight the acquisition by the probability of running (module doc).
+        memory_limit_gib: Device memory; with it the weight includes P(peak memory <= limit),
+            learned from the ``memory_metric`` told with ok trials.
+        memory_metric: Name of the peak-memory metric in the told values.
+        second_objective: A second metric to optimise (Pareto search), e.g. "peak_mem_gib".
+        second_direction: Its direction, "minimize" (default) or "maximize".
+        stop_threshold: Relative expected improvement under which a BO ask counts as flat.
+        stop_patience: Flat BO asks in a row after which :meth:`should_stop` fires.
+        noise_metric: A told metric holding each trial's relative spread (e.g.
+            "step_time_rel_ci"), passed to the GP as observed noise; None infers one noise level.
 
     Attributes:
         last_ask_info: What the last proposing ask did: ``phase`` ("initial", "bo" or
@@ -64,6 +102,10 @@ class BayesianSearch(Searcher):
             acquisition value of the first pick, None outside BO), ``acquisition`` (one value per
             pick), ``n_ok`` and ``n_pool`` (untried configurations considered).
         predictor: The :class:`~cubicml_lab.surrogate.GPPredictor` of the last BO ask, or None.
+        feasibility_model: The :class:`~cubicml_lab.surrogate.FeasibilityModel` of the last BO
+            ask, or None (no failure told yet and no memory limit).
+        improvement_trace: The best relative expected improvement of each BO ask, in order.
+        stop_reason: Why :meth:`should_stop` fired, or None.
 
     Example:
         >>> from cubicml_lab.space import Space, Int
@@ -79,22 +121,52 @@ class BayesianSearch(Searcher):
                  candidates: Sequence[dict] | None = None, seed: int = 0,
                  n_init: int | None = None, num_candidates: int = 5000, *,
                  log_objective: bool = True, mc_samples: int = 128,
-                 chunk_size: int = 1024) -> None:
+                 chunk_size: int = 1024, feasibility: bool = True,
+                 memory_limit_gib: float | None = None, memory_metric: str = "peak_mem_gib",
+                 second_objective: str | None = None, second_direction: str = "minimize",
+                 stop_threshold: float = 0.005, stop_patience: int = 3,
+                 noise_metric: str | None = None) -> None:
         super().__init__(space, objective, direction, candidates, seed,
                          num_candidates=num_candidates)
         if n_init is None:
             n_init = default_n_init(space)
         for name, v, low in (("n_init", n_init, 0), ("mc_samples", mc_samples, 1),
-                             ("chunk_size", chunk_size, 1)):
+                             ("chunk_size", chunk_size, 1), ("stop_patience", stop_patience, 1)):
             if not isinstance(v, int) or isinstance(v, bool) or v < low:
                 raise SearchError(f"{name} = {v!r} must be an int >= {low}", hint="e.g. 8")
+        for name, v in (("stop_threshold", stop_threshold), ("memory_limit_gib", memory_limit_gib)):
+            if v is not None and not (isinstance(v, (int, float)) and v > 0):
+                raise SearchError(f"{name} = {v!r} must be a number > 0",
+                                  hint="e.g. stop_threshold=0.005 (0.5 %), memory_limit_gib=80")
+        if second_direction not in ("maximize", "minimize"):
+            raise SearchError(f"second_direction = {second_direction!r} is not 'maximize' or "
+                              "'minimize'", hint="peak memory is minimised: 'minimize'")
+        if second_objective is not None and second_objective == objective:
+            raise SearchError(f"second_objective = {second_objective!r} is the objective itself",
+                              hint="name another metric, e.g. 'peak_mem_gib'")
         self.n_init = n_init
         self.log_objective = bool(log_objective)
         self.requires_positive = self.log_objective
         self.mc_samples = mc_samples
         self.chunk_size = chunk_size
+        self.feasibility = bool(feasibility)
+        self.memory_limit_gib = memory_limit_gib
+        self.memory_metric = memory_metric
+        self.second_objective = second_objective
+        self.second_direction = second_direction
+        self.stop_threshold = float(stop_threshold)
+        self.stop_patience = stop_patience
+        self.noise_metric = noise_metric
         self.last_ask_info: dict[str, Any] = {}
         self.predictor: Any = None
+        self.second_predictor: Any = None
+        self.feasibility_model: Any = None
+        self.improvement_trace: list[float] = []
+        self._anchors: dict[str, tuple[int, Any]] = {}
+        self._row_of: dict[str, int] = {}
+        self._rows: list[np.ndarray] = []
+        self._rows_tensor: Any = None
+        self.stop_reason: str | None = None
 
     # -- phases ---------------------------------------------------------------------------------
     def _normalised(self, configs: Sequence[dict]) -> np.ndarray:
@@ -122,44 +194,194 @@ class BayesianSearch(Searcher):
             min_d[picks] = -np.inf
         return [dict(pool[int(order[j])]) for j in picks]
 
-    def _fit(self, configs: list[dict], values: np.ndarray, seed: int) -> Any:
+    def _model_values(self, values: np.ndarray, direction: str) -> np.ndarray:
+        """Values turned so that larger is better (1/y or -y when minimising)."""
+        if direction == "minimize":
+            return 1.0 / values if self.log_objective else -values
+        return values
+
+    def _anchor(self, n: int) -> int:
+        """The history size at which the hyperparameters are fitted from scratch: the largest
+        of ``n_init'' = max(n_init, 2)`` grown by 25 % steps that is <= n."""
+        m = max(self.n_init, 2)
+        while math.ceil(m * 1.25) <= n:
+            m = math.ceil(m * 1.25)
+        return m
+
+    def _fit(self, configs: list[dict], values: np.ndarray, seed: int,
+             metric: str | None = None, direction: str | None = None,
+             noise: np.ndarray | None = None) -> Any:
+        """A GP of ``metric`` on the ok history, hyperparameters warm-started.
+
+        Refitting from scratch after every trial costs hundreds of L-BFGS iterations. Instead the
+        hyperparameters are fitted cold only at *anchor* sizes of the history (every 25 % of
+        growth, :meth:`_anchor`), on the first ``anchor`` ok observations with a seed of its own;
+        in between, the fit starts from the anchor's hyperparameters and runs at most
+        ``WARM_MAX_ITER`` iterations. Both depend only on the told history, so a resumed search
+        refits the same anchor and proposes what the original would have.
+        """
         from ..surrogate import GPPredictor
 
-        if self.direction == "minimize":
-            values = 1.0 / values if self.log_objective else -values
-        pred = GPPredictor(self.space, self.objective, log_objective=self.log_objective, seed=seed)
-        return pred.fit(configs, values)
+        metric = metric or self.objective
+        values = self._model_values(values, direction or self.direction)
+        n = len(configs)
+        m = self._anchor(n)
+
+        def make(s: int) -> Any:
+            return GPPredictor(self.space, metric, log_objective=self.log_objective, seed=s)
+
+        anchor_seed = int(np.random.default_rng([self.seed, m, 7]).integers(2**31 - 1))
+        cached = self._anchors.get(metric)
+        if cached is None or cached[0] != m:
+            if n == m:
+                pred = make(anchor_seed).fit(configs, values, noise=noise)
+                self._anchors[metric] = (m, pred)
+                return pred
+            sub_noise = None if noise is None else noise[:m]
+            try:
+                anchor = make(anchor_seed).fit(configs[:m], values[:m], noise=sub_noise)
+            except PredictorError:  # e.g. the first m were all identical: fit cold instead
+                return make(seed).fit(configs, values, noise=noise)
+            self._anchors[metric] = cached = (m, anchor)
+        if n == m:
+            return cached[1]
+        return make(seed).fit(configs, values, noise=noise, warm_start=cached[1],
+                              max_iter=WARM_MAX_ITER)
+
+    def _second_values(self) -> tuple[list[dict], np.ndarray]:
+        """The ok trials told with a finite, usable value of ``second_objective``."""
+        rows = [h for h in self._history if h["status"] == "ok"
+                and self.second_objective in h["values"]
+                and (h["values"][self.second_objective] > 0 or not self.log_objective)]
+        return ([h["config"] for h in rows],
+                np.array([h["values"][self.second_objective] for h in rows], dtype=np.float64))
+
+    def _noise(self) -> np.ndarray | None:
+        if self.noise_metric is None:
+            return None
+        ok = [h for h in self._history if h["status"] == "ok"]
+        if not all(self.noise_metric in h["values"] for h in ok):
+            return None  # some trial lacks it: infer one noise level instead
+        return np.array([max(h["values"][self.noise_metric], 0.0) for h in ok])
+
+    def _fit_feasibility(self, seed: int) -> Any:
+        """The FeasibilityModel of everything told, or None while there is nothing to learn."""
+        from ..surrogate import FeasibilityModel
+
+        failed = any(h["status"] != "ok" for h in self._history)
+        if not self.feasibility or not (failed or self.memory_limit_gib is not None):
+            return None
+        mem = [h["values"].get(self.memory_metric, np.nan) for h in self._history]
+        return FeasibilityModel(self.space, seed=seed, max_iter=FEASIBILITY_MAX_ITER).fit(
+            [h["config"] for h in self._history], [h["status"] for h in self._history], mem)
+
+    def _acquisition(self, X_base: Any, seed: int) -> tuple[Any, Any]:
+        """``(factory(X_pending) -> acquisition function, incumbent scale)``."""
+        import torch
+        from botorch.sampling import SobolQMCNormalSampler
+
+        sampler = SobolQMCNormalSampler(torch.Size([self.mc_samples]), seed=seed)
+        if self.second_predictor is None:
+            from botorch.acquisition.logei import qLogNoisyExpectedImprovement
+
+            model = self.predictor.model
+            if self.log_objective:
+                scale = 1.0  # EI of log(y) is already relative
+            else:
+                scale = max(abs(float(model.posterior(X_base).mean.max())), 1e-12)
+
+            def single(X_pending: Any) -> Any:
+                return qLogNoisyExpectedImprovement(model, X_baseline=X_base, sampler=sampler,
+                                                    X_pending=X_pending, prune_baseline=True)
+            return single, scale
+
+        from botorch.acquisition.multi_objective.logei import (
+            qLogNoisyExpectedHypervolumeImprovement,
+        )
+        from botorch.models import ModelListGP
+        from botorch.utils.multi_objective.box_decompositions import DominatedPartitioning
+
+        model = ModelListGP(self.predictor.model, self.second_predictor.model)
+        with torch.no_grad():
+            Y = model.posterior(X_base).mean
+        span = (Y.max(0).values - Y.min(0).values).clamp_min(1e-6)
+        ref = Y.min(0).values - 0.1 * span
+        hv = float(DominatedPartitioning(ref_point=ref, Y=Y).compute_hypervolume())
+
+        def multi(X_pending: Any) -> Any:
+            return qLogNoisyExpectedHypervolumeImprovement(
+                model, ref_point=ref.tolist(), X_baseline=X_base, sampler=sampler,
+                X_pending=X_pending, prune_baseline=True)
+        return multi, max(hv, 1e-12)
+
+    def _encode_pool(self, pool: list[dict]) -> Any:
+        """``space.encode(pool)`` through a cache keyed by configuration: a fixed pool of tens of
+        thousands is encoded once per search, not at every ask."""
+        import torch
+
+        keys = self._untried_keys if len(self._untried_keys) == len(pool) else \
+            [self.space.key(c) for c in pool]
+        new = [i for i, k in enumerate(keys) if k not in self._row_of]
+        if new:
+            rows = self.space.encode_array([pool[i] for i in new])
+            start = len(self._rows)
+            self._rows.extend(rows)
+            for j, i in enumerate(new):
+                self._row_of[keys[i]] = start + j
+            self._rows_tensor = None
+        if self._rows_tensor is None:
+            self._rows_tensor = torch.from_numpy(np.asarray(self._rows, dtype=np.float64))
+        return self._rows_tensor[torch.as_tensor([self._row_of[k] for k in keys])]
 
     def _bo(self, n: int, pool: list[dict], configs: list[dict], seed: int,
             info: dict[str, Any]) -> list[dict]:
         import torch
-        from botorch.acquisition.logei import qLogNoisyExpectedImprovement
-        from botorch.sampling import SobolQMCNormalSampler
 
-        model = self.predictor.model
         X_base = self.space.encode(configs)
-        X_pool = self.space.encode(pool)
+        X_pool = self._encode_pool(pool)
+        log_w = torch.zeros(len(pool), dtype=X_pool.dtype)
+        if self.feasibility_model is not None:
+            p = self.feasibility_model.predict_encoded(X_pool, len(pool),
+                                                       memory_limit=self.memory_limit_gib)
+            log_w = torch.as_tensor(np.log(np.clip(p, 1e-12, 1.0)), dtype=X_pool.dtype)
+            info["p_feasible_of_picks"] = []
+        keep = max(SCREEN_SIZE, 8 * n)
+        if self.second_predictor is None and len(pool) > keep:
+            # screen with the analytic log EI (no joint samples) against the best posterior
+            # mean observed: the exact acquisition then runs over the most promising only
+            from botorch.acquisition.analytic import _log_ei_helper
+
+            mu_b, _ = self.predictor._posterior_encoded(X_base)
+            mu, var = (torch.as_tensor(a) for a in self.predictor._posterior_encoded(X_pool))
+            sigma = var.clamp_min(1e-18).sqrt()
+            score = _log_ei_helper((mu - float(mu_b.max())) / sigma) + sigma.log() + log_w
+            top = torch.topk(torch.nan_to_num(score, nan=-torch.inf), keep).indices.sort().values
+            pool, X_pool, log_w = [pool[int(i)] for i in top], X_pool[top], log_w[top]
+            info["screened"] = keep
         pending = self.pending
         X_pend = self.space.encode(pending) if pending else X_pool[:0]
         picks: list[int] = []
         acq_values: list[float] = []
         with torch.no_grad(), warnings.catch_warnings():
             warnings.simplefilter("ignore")
+            make, scale = self._acquisition(X_base, seed)
             for _ in range(min(n, len(pool))):
                 Xp = torch.cat([X_pend, X_pool[picks]]) if picks or pending else None
-                sampler = SobolQMCNormalSampler(torch.Size([self.mc_samples]), seed=seed)
-                acqf = qLogNoisyExpectedImprovement(model, X_baseline=X_base, sampler=sampler,
-                                                    X_pending=Xp, prune_baseline=True)
+                acqf = make(Xp)
                 vals = torch.cat([acqf(X_pool[i:i + self.chunk_size].unsqueeze(1))
                                   for i in range(0, len(pool), self.chunk_size)])
-                vals = torch.nan_to_num(vals, nan=-torch.inf)
+                vals = torch.nan_to_num(vals, nan=-torch.inf) + log_w
                 if picks:
                     vals[picks] = -torch.inf
                 j = int(torch.argmax(vals))
                 picks.append(j)
                 acq_values.append(float(vals[j]))
+                if "p_feasible_of_picks" in info:
+                    info["p_feasible_of_picks"].append(float(torch.exp(log_w[j])))
         info["acquisition"] = acq_values
         info["max_acquisition"] = acq_values[0] if acq_values else None
+        if acq_values:
+            info["relative_improvement"] = float(np.exp(acq_values[0])) / scale
         return [dict(pool[j]) for j in picks]
 
     # -- the Searcher hook ----------------------------------------------------------------------
@@ -172,30 +394,35 @@ class BayesianSearch(Searcher):
         configs, values = self._ok()
         info: dict[str, Any] = {"phase": "initial", "reason": "", "fit_s": 0.0, "ask_s": 0.0,
                                 "max_acquisition": None, "acquisition": [],
+                                "relative_improvement": None,
                                 "n_ok": len(configs), "n_pool": len(pool)}
         self.last_ask_info = info
-        if len(configs) < self.n_init:
-            info["reason"] = f"{len(configs)} of n_init = {self.n_init} ok observations so far"
+        blocked = self._not_ready(configs, values, self.n_init, "the GP")
+        if blocked:
+            info["phase"], info["reason"] = blocked
         else:
-            n_distinct = len({self.space.key(c) for c in configs})
-            if n_distinct < 2:
-                info["reason"] = (f"only {n_distinct} distinct ok configuration; the GP needs 2")
-            elif np.ptp(values) == 0:
-                info["reason"] = (f"all {len(values)} ok values are identical ({values[0]:g}); "
-                                  "the GP has nothing to learn")
-            else:
-                try:
-                    self.predictor = self._fit(configs, values, seed)
-                    info["fit_s"] = self.predictor.fit_seconds
-                    info["phase"] = "bo"
-                    info["reason"] = f"GP on {len(configs)} ok observations"
-                except PredictorError as err:
-                    info["reason"] = f"GP fit failed: {err.message}"
-            if info["phase"] != "bo":
+            try:
+                self.predictor = self._fit(configs, values, seed, noise=self._noise())
+                self.second_predictor = None
+                if self.second_objective is not None:
+                    c2, v2 = self._second_values()
+                    if len(c2) != len(configs):
+                        raise PredictorError(
+                            f"{len(configs) - len(c2)} ok trials were told without a usable "
+                            f"{self.second_objective!r}", hint="tell both metrics")
+                    self.second_predictor = self._fit(c2, v2, seed, self.second_objective,
+                                                      self.second_direction)
+                self.feasibility_model = self._fit_feasibility(seed)
+                info["fit_s"] = time.perf_counter() - t0
+                info["phase"] = "bo"
+                info["reason"] = f"GP on {len(configs)} ok observations"
+            except PredictorError as err:
+                info["reason"] = f"GP fit failed: {err.message}"
                 info["phase"] = "fallback"
         if info["phase"] == "bo":
             try:
                 out = self._bo(n, pool, configs, seed, info)
+                self.improvement_trace.append(info["relative_improvement"])
             except RuntimeError as err:  # e.g. a kernel matrix that is not positive definite
                 info["phase"], info["reason"] = "fallback", f"acquisition failed: {err}"
                 out = self._space_filling(n, pool, rng)
@@ -203,3 +430,48 @@ class BayesianSearch(Searcher):
             out = self._space_filling(n, pool, rng)
         info["ask_s"] = time.perf_counter() - t0
         return out
+
+    # -- stopping and Pareto front --------------------------------------------------------------
+    def should_stop(self) -> bool:
+        """True when the last ``stop_patience`` BO asks each expected less than
+        ``stop_threshold`` relative improvement (feasibility-weighted); :attr:`stop_reason`
+        then says so with the figures.
+
+        Example:
+            >>> from cubicml_lab.space import Space, Int
+            >>> s = BayesianSearch(Space([Int("micro_batch", 1, 8)]), seed=0)
+            >>> s.should_stop()  # no BO ask yet
+            False
+        """
+        recent = self.improvement_trace[-self.stop_patience:]
+        if len(recent) < self.stop_patience or any(r >= self.stop_threshold for r in recent):
+            return False
+        what = "hypervolume improvement" if self.second_objective else "improvement"
+        self.stop_reason = (
+            f"expected {what} below {100 * self.stop_threshold:g}% for {self.stop_patience} asks "
+            f"in a row (last: {', '.join(f'{100 * r:.3g}%' for r in recent)})")
+        return True
+
+    def pareto(self) -> list[dict[str, Any]]:
+        """The non-dominated ok trials on (objective, second_objective).
+
+        Returns:
+            One dict per Pareto-optimal trial, ``{"config", <objective>, <second_objective>}``,
+            sorted by the objective, best first.
+
+        Raises:
+            SearchError: Without ``second_objective``.
+        """
+        if self.second_objective is None:
+            raise SearchError("pareto() needs two objectives",
+                              hint="BayesianSearch(..., second_objective='peak_mem_gib')")
+        rows = [h for h in self._history if h["status"] == "ok"
+                and self.second_objective in h["values"]]
+        sign = np.array([1.0 if self.direction == "maximize" else -1.0,
+                         1.0 if self.second_direction == "maximize" else -1.0])
+        Y = np.array([[h["value"], h["values"][self.second_objective]] for h in rows]) * sign
+        front = [i for i in range(len(rows))
+                 if not any((Y[j] >= Y[i]).all() and (Y[j] > Y[i]).any() for j in range(len(rows)))]
+        front.sort(key=lambda i: -Y[i, 0])
+        return [{"config": dict(rows[i]["config"]), self.objective: rows[i]["value"],
+                 self.second_objective: rows[i]["values"][self.second_objective]} for i in front]

@@ -40,6 +40,8 @@ from ..errors import PredictorError
 from .gp import GPPredictor
 
 if TYPE_CHECKING:
+    import torch
+
     from ..space import Space
 
 __all__ = ["FeasibilityModel"]
@@ -53,6 +55,8 @@ class FeasibilityModel:
     Args:
         space: The configurations' space.
         seed: Seed of the GP fits.
+        max_iter: Cap on each GP's L-BFGS-B iterations (None: to convergence); a searcher that
+            refits after every trial caps it to stay fast.
 
     Attributes:
         memory: The peak-memory :class:`GPPredictor` (GiB), or None (fewer than 2 trials with a
@@ -62,9 +66,10 @@ class FeasibilityModel:
         all_failed: True when every trial the classifier saw failed (then it predicts 0).
     """
 
-    def __init__(self, space: Space, *, seed: int = 0) -> None:
+    def __init__(self, space: Space, *, seed: int = 0, max_iter: int | None = None) -> None:
         self.space = space
         self.seed = seed
+        self.max_iter = max_iter
         self.memory: GPPredictor | None = None
         self.classifier: GPPredictor | None = None
         self.all_failed = False
@@ -110,10 +115,11 @@ class FeasibilityModel:
         self.all_failed = bool(labels) and all(v < 0 for v in labels)
         if len({_key(c) for c in mem_cfgs}) >= 2:
             self.memory = GPPredictor(self.space, "peak_mem_gib", seed=self.seed).fit(
-                mem_cfgs, mem_vals)
+                mem_cfgs, mem_vals, max_iter=self.max_iter)
         if len(set(labels)) == 2 and len({_key(c) for c in cls_cfgs}) >= 2:
             self.classifier = GPPredictor(self.space, "runs", log_objective=False,
-                                          seed=self.seed).fit(cls_cfgs, labels)
+                                          seed=self.seed).fit(cls_cfgs, labels,
+                                                              max_iter=self.max_iter)
         return self
 
     def predict(self, configs: Sequence[dict], memory_limit: float | None = None) -> np.ndarray:
@@ -126,21 +132,31 @@ class FeasibilityModel:
         Returns:
             Float array of shape (n,) with values in [0, 1].
         """
+        configs = list(configs)
+        if not configs:
+            return np.ones(0)
+        X = self.classifier._encode(configs, "configs") if self.classifier is not None else \
+            self.memory._encode(configs, "configs") if self.memory is not None else None
+        return self.predict_encoded(X, len(configs), memory_limit)
+
+    def predict_encoded(self, X: torch.Tensor | None, n: int,
+                        memory_limit: float | None = None) -> np.ndarray:
+        """:meth:`predict` of ``n`` configurations already encoded (``space.encode``, shape
+        (n, d)); ``X`` may be None when neither GP is fitted."""
         from scipy.stats import norm
 
-        configs = list(configs)
-        p = np.ones(len(configs))
+        p = np.ones(n)
         if self.all_failed:
-            return np.zeros(len(configs))
+            return np.zeros(n)
         if self.classifier is not None:
-            mu, var = self.classifier._posterior(configs)
+            mu, var = self.classifier._posterior_encoded(X)
             p *= norm.cdf(mu / np.sqrt(var + self.classifier._new_noise_var))
         if memory_limit is not None:
             if not (isinstance(memory_limit, (int, float)) and memory_limit > 0):
                 raise PredictorError(f"memory_limit = {memory_limit!r} must be > 0 (GiB)",
                                      hint="e.g. memory_limit=80 for an 80 GiB device")
             if self.memory is not None:
-                mu, var = self.memory._posterior(configs)
+                mu, var = self.memory._posterior_encoded(X)
                 sd = np.sqrt(var + self.memory._new_noise_var)
                 p *= norm.cdf((math.log(memory_limit) - mu) / sd)
         return p

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..errors import PredictorError
-from .base import BasePredictor, _as_float_array
+from .base import BasePredictor, _as_float_array, one_thread
 
 if TYPE_CHECKING:
     from ..space import Space
@@ -102,7 +102,7 @@ class MLPPredictor(BasePredictor):
         n, d = X.shape
         gen = torch.Generator().manual_seed(self.seed)
         nets, oob_sum, oob_count = [], np.zeros(n), np.zeros(n)
-        with torch.random.fork_rng(devices=[]):
+        with torch.random.fork_rng(devices=[]), one_thread():
             torch.manual_seed(self.seed)
             for _ in range(self.members):
                 net = nn.Sequential(nn.Linear(d, self.width), nn.SiLU(),

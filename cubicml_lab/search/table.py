@@ -1,0 +1,416 @@
+"""Replay a search offline: any table of measured configurations as the objective to search.
+
+:class:`TableObjective` turns a table with one row per measured configuration (a
+:class:`~cubicml_lab.datasets.Dataset`, a ``TrialStore`` export, the analytical model of
+:mod:`cubicml_lab.analytical`) into an oracle: ``obj(config)`` returns what the table says
+happened to ``config``, as a :class:`TableResult` whose ``status`` and ``values`` go straight into
+:meth:`Searcher.tell <cubicml_lab.search.base.Searcher.tell>`. A searcher can then be run,
+compared and repeated in seconds, without hardware. Because only the table's configurations have
+an answer, the searcher's pool must be the table's: ``candidates=obj.configs()``.
+
+Configurations are matched by the space's canonical :meth:`~cubicml_lab.space.Space.key`, so the
+order of the keys and ``4`` vs ``4.0`` do not matter. A configuration measured several times is
+answered according to ``reduce``:
+
+* ``"first"``: the first row, always;
+* ``"median"``: the most frequent status (ties: the one seen first); if that is ``"ok"``, every
+  metric is the median over the configuration's ok rows;
+* ``"random"``: one of its rows, drawn uniformly by a generator seeded from ``(seed, config,
+  number of earlier calls for that config)``: asking again gives the noise of a real
+  re-measurement, and a replay is reproducible whatever order the configurations are asked in.
+
+The "true" value of a configuration, for :meth:`TableObjective.best`,
+:meth:`~TableObjective.regret`, :attr:`~TableObjective.n_ok` and
+:attr:`~TableObjective.n_failed`, is what ``"first"`` gives under ``reduce="first"`` and what
+``"median"`` gives otherwise. Nothing is evaluated as code and nothing is pickled.
+
+Example:
+    >>> import cubicml_lab as cml
+    >>> obj = cml.TableObjective.from_dataset(cml.datasets.load("lucie7b_seq2k"))
+    >>> search = cml.RandomSearch(obj.space, objective=obj.objective, candidates=obj.configs())
+    >>> for _ in range(5):
+    ...     [config] = search.ask()
+    ...     result = obj(config)
+    ...     search.tell(config, result.values, status=result.status)
+    >>> 0.0 <= obj.regret(search.best()[1]) < 1.0
+    True
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..errors import SearchError, SpaceError
+from ..space import Bool, Choice, Ordinal, Parameter, Space
+from .base import DIRECTIONS, STATUSES
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from ..datasets import Dataset
+
+__all__ = ["REDUCE_MODES", "TableObjective", "TableResult"]
+
+#: How a configuration measured several times is answered (module docstring).
+REDUCE_MODES = ("first", "median", "random")
+_REPLAY_HINT = "replay over the table's configurations only: pass candidates=obj.configs() to " \
+               "the searcher"
+
+
+@dataclass(frozen=True, kw_only=True)
+class TableResult:
+    """What a table says about one configuration.
+
+    Attributes:
+        status: "ok", "oom", "failed" or "timeout".
+        values: The row's numeric metrics (``metric -> float``, the objective included; NaN cells
+            left out) when ``status`` is "ok", else None. Pass it to ``Searcher.tell`` as is.
+        config: The configuration, as the space normalises it.
+    """
+
+    status: str
+    values: dict[str, float] | None
+    config: dict[str, Any]
+
+
+class TableObjective:
+    """A table of measured configurations as an oracle, to replay searches offline.
+
+    Args:
+        df: One row per measurement (pandas DataFrame): knob columns, the objective, a status.
+        objective: Numeric column the search optimises, e.g. "throughput".
+        status_col: Column holding "ok"/"oom"/"failed"/"timeout". None: a row is "ok" where the
+            objective is a finite number, else "failed".
+        knobs: The configuration columns. Default: ``space.names`` when ``space`` is given, else
+            every column except ``objective`` and ``status_col`` whose dtype is integer, boolean
+            or text (float columns are taken for metrics). Pass it explicitly for tables with
+            integer metrics or text columns that are not choices (ids, dates).
+        space: The space the configurations belong to (rows must be in it). Default: built from
+            the values observed: :class:`~cubicml_lab.space.Ordinal` for numbers (sorted),
+            :class:`~cubicml_lab.space.Bool` for booleans, :class:`~cubicml_lab.space.Choice`
+            for the rest, no constraints.
+        reduce: "first", "median" or "random": the answer for a configuration measured several
+            times (module docstring).
+        seed: Seed of ``reduce="random"``.
+        metrics: Columns returned in ``values``. Default: every numeric (not boolean) column that
+            is not a knob.
+
+    Raises:
+        SearchError: If the table is empty, lacks the objective, status or knob columns, has an
+            unknown status, a blank knob cell, an ok row without a finite objective, or a row
+            outside ``space``; or on a bad ``reduce``.
+
+    Example:
+        >>> import pandas as pd
+        >>> df = pd.DataFrame({"tp": [1, 2, 2], "throughput": [10.0, None, 30.0],
+        ...                    "status": ["ok", "oom", "ok"]})
+        >>> obj = TableObjective(df, reduce="first")
+        >>> obj({"tp": 2.0})
+        TableResult(status='oom', values=None, config={'tp': 2})
+        >>> obj.best(), obj.n_ok, obj.n_failed
+        (({'tp': 1}, 10.0), 1, 1)
+    """
+
+    def __init__(self, df: pd.DataFrame, objective: str = "throughput",
+                 status_col: str | None = "status", knobs: Sequence[str] | None = None,
+                 space: Space | None = None, reduce: str = "first", *, seed: int = 0,
+                 metrics: Sequence[str] | None = None) -> None:
+        import pandas as pd
+
+        if not isinstance(df, pd.DataFrame):
+            raise SearchError(f"df must be a pandas DataFrame, got {type(df).__name__}",
+                              hint="e.g. pd.read_csv(path), store.to_dataframe(campaign) or "
+                                   "TableObjective.from_dataset(cml.datasets.load(name))")
+        if reduce not in REDUCE_MODES:
+            raise SearchError(f"reduce = {reduce!r} is not one of {list(REDUCE_MODES)}",
+                              hint="'first' (default), 'median', or 'random' for replayed noise")
+        if space is not None and not isinstance(space, Space):
+            raise SearchError(f"space must be a cubicml_lab.Space, got {type(space).__name__}",
+                              hint="pass None to build it from the table")
+        if len(df) == 0:
+            raise SearchError("the table is empty: no configuration to replay",
+                              hint="pass a table with at least one measured row")
+        columns = [str(c) for c in df.columns]
+        if objective not in df.columns:
+            raise SearchError(f"the table has no objective column {objective!r}; its columns: "
+                              f"{_shown(columns)}", hint="pass objective=<one of the columns>")
+        self.objective = objective
+        self.reduce = reduce
+        self.seed = int(seed)
+        self.table = df
+        y = pd.to_numeric(df[objective], errors="coerce").to_numpy(np.float64)
+        self._status = _statuses(df, status_col, y, columns)
+        self.knobs = _knob_names(df, knobs, space, objective, status_col, columns)
+        self.space = space if space is not None else _observed_space(df, self.knobs)
+        ok_bad = np.flatnonzero((self._status == "ok") & ~np.isfinite(y))
+        if len(ok_bad):
+            raise SearchError(f"{len(ok_bad)} ok row(s) have no finite {objective!r} (rows "
+                              f"{ok_bad[:5].tolist()}{'...' if len(ok_bad) > 5 else ''})",
+                              hint=f"mark them 'failed' in {status_col!r}, or drop them")
+        if metrics is None:
+            metrics = [c for c in df.columns if c not in self.knobs and c != status_col
+                       and pd.api.types.is_numeric_dtype(df[c].dtype)
+                       and not pd.api.types.is_bool_dtype(df[c].dtype)]
+        missing = [c for c in metrics if c not in df.columns]
+        if missing:
+            raise SearchError(f"metrics {missing} are not columns of the table",
+                              hint=f"choose among {_shown(columns)}")
+        self.metrics = [objective] + [c for c in metrics if c != objective]
+        self._values = np.column_stack(
+            [pd.to_numeric(df[c], errors="coerce").to_numpy(np.float64) for c in self.metrics])
+        self._rows: dict[str, list[int]] = {}
+        self._configs: dict[str, dict[str, Any]] = {}
+        for i, values in enumerate(df[self.knobs].itertuples(index=False, name=None)):
+            config = dict(zip(self.knobs, values))
+            try:
+                self.space.validate(config)
+                key = self.space.key(config)
+            except SpaceError as err:
+                raise SearchError(f"row {i} = {config} is not in the space: {err.message}",
+                                  hint=err.hint or "pass a space that holds every row") from None
+            if key not in self._rows:
+                self._rows[key] = []
+                self._configs[key] = self.space.project(config)
+            self._rows[key].append(i)
+        self._reference: dict[str, TableResult] = {}
+        self._calls: Counter[str] = Counter()
+
+    @classmethod
+    def from_dataset(cls, dataset: Dataset, reduce: str = "first", *,
+                     seed: int = 0) -> TableObjective:
+        """The oracle of a :class:`~cubicml_lab.datasets.Dataset`: its table, objective, knobs
+        and space.
+
+        Example:
+            >>> import cubicml_lab as cml
+            >>> obj = TableObjective.from_dataset(cml.datasets.load("bigscience_tr11"))
+            >>> obj.objective, obj.n_ok + obj.n_failed == len(obj.configs())
+            ('tokens_per_s_per_gpu', True)
+        """
+        return cls(dataset.table, objective=dataset.objective, status_col="status",
+                   knobs=dataset.knobs, space=dataset.space, reduce=reduce, seed=seed)
+
+    # -- answers --------------------------------------------------------------------------------
+    def __call__(self, config: Mapping[str, Any]) -> TableResult:
+        """What the table says about ``config``.
+
+        Raises:
+            SearchError: If ``config`` is not a configuration of the space, or not in the table.
+        """
+        key = self._lookup(config)
+        rows = self._rows[key]
+        if self.reduce == "random" and len(rows) > 1:
+            n = self._calls[key]
+            rng = np.random.default_rng([self.seed, zlib.crc32(key.encode()), n])
+            self._calls[key] += 1
+            return self._result(key, [rows[int(rng.integers(len(rows)))]])
+        self._calls[key] += 1
+        return self._true(key)
+
+    def _lookup(self, config: Mapping[str, Any]) -> str:
+        try:
+            key = self.space.key(config)
+        except SpaceError as err:
+            raise SearchError(f"config = {config!r} is not a configuration of the table's space: "
+                              f"{err.message}", hint=err.hint or _REPLAY_HINT) from None
+        if key not in self._rows:
+            raise SearchError(f"config = {config!r} was never measured: it is not among the "
+                              f"table's {len(self._rows)} configurations", hint=_REPLAY_HINT)
+        return key
+
+    def _true(self, key: str) -> TableResult:
+        """The reference answer: the first row, or the median of the configuration's rows."""
+        if key not in self._reference:
+            rows = self._rows[key]
+            self._reference[key] = self._result(key, rows[:1] if self.reduce == "first" else rows)
+        return self._reference[key]
+
+    def _result(self, key: str, rows: list[int]) -> TableResult:
+        statuses = [str(self._status[i]) for i in rows]
+        status = Counter(statuses).most_common(1)[0][0]  # ties: the first seen (Counter order)
+        values = None
+        if status == "ok":
+            block = self._values[[i for i, s in zip(rows, statuses) if s == "ok"]]
+            with np.errstate(all="ignore"):
+                med = block[0] if len(block) == 1 else _nanmedian(block)
+            values = {m: float(x) for m, x in zip(self.metrics, med) if math.isfinite(x)}
+        return TableResult(status=status, values=values, config=dict(self._configs[key]))
+
+    # -- the table as a whole -------------------------------------------------------------------
+    def configs(self) -> list[dict[str, Any]]:
+        """Every distinct configuration of the table, any status, in table order: the candidate
+        pool of a replayed search (``candidates=obj.configs()``)."""
+        return [dict(c) for c in self._configs.values()]
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    @property
+    def n_ok(self) -> int:
+        """Distinct configurations whose reference answer (module docstring) is "ok"."""
+        return sum(self._true(k).status == "ok" for k in self._rows)
+
+    @property
+    def n_failed(self) -> int:
+        """Distinct configurations whose reference answer is "oom", "failed" or "timeout"."""
+        return len(self._rows) - self.n_ok
+
+    @property
+    def n_calls(self) -> int:
+        """How many times the oracle was asked (every call, repeats included)."""
+        return sum(self._calls.values())
+
+    def best(self, direction: str = "maximize") -> tuple[dict[str, Any], float]:
+        """The true best configuration of the table and its objective value (reference answers,
+        first in table order on ties).
+
+        Raises:
+            SearchError: On a bad direction, or if no configuration is "ok".
+        """
+        if direction not in DIRECTIONS:
+            raise SearchError(f"direction = {direction!r} is not one of {list(DIRECTIONS)}",
+                              hint="'maximize' for throughput, 'minimize' for step time")
+        best_key, best_value = None, math.nan
+        for key in self._rows:
+            result = self._true(key)
+            if result.status != "ok":
+                continue
+            value = result.values[self.objective]  # type: ignore[index]
+            better = value > best_value if direction == "maximize" else value < best_value
+            if best_key is None or better:
+                best_key, best_value = key, value
+        if best_key is None:
+            raise SearchError(f"none of the table's {len(self._rows)} configurations is ok",
+                              hint="a replay needs at least one measured (ok) configuration")
+        return dict(self._configs[best_key]), float(best_value)
+
+    def regret(self, value: float, direction: str = "maximize") -> float:
+        """Relative regret of ``value`` against the table's true best: ``(best - value) / |best|``
+        when maximising, ``(value - best) / |best|`` when minimising (0: the best was found).
+
+        Raises:
+            SearchError: If ``value`` is not a finite number or the best value is 0.
+
+        Example:
+            >>> import pandas as pd
+            >>> obj = TableObjective(pd.DataFrame({"mb": [1, 2], "throughput": [50.0, 200.0],
+            ...                                    "status": ["ok", "ok"]}))
+            >>> obj.regret(150.0)
+            0.25
+        """
+        try:
+            v = float(value)
+        except (TypeError, ValueError):
+            v = math.nan
+        if not math.isfinite(v):
+            raise SearchError(f"regret(value={value!r}): value must be a finite number",
+                              hint="pass the searcher's best value, e.g. search.best()[1]")
+        best = self.best(direction)[1]
+        if best == 0:
+            raise SearchError(f"the best {self.objective!r} is 0: relative regret is undefined",
+                              hint="compare absolute values instead")
+        gap = best - v if direction == "maximize" else v - best
+        return gap / abs(best)
+
+    def __repr__(self) -> str:
+        return (f"TableObjective({len(self.table)} rows, {len(self._rows)} configurations, "
+                f"objective={self.objective!r}, knobs={self.knobs}, reduce={self.reduce!r})")
+
+
+def _shown(names: Sequence[str], limit: int = 20) -> str:
+    more = f" ... ({len(names) - limit} more)" if len(names) > limit else ""
+    return ", ".join(names[:limit]) + more
+
+
+def _nanmedian(block: np.ndarray) -> np.ndarray:
+    """Column medians ignoring NaN (an all-NaN column gives NaN, without a warning)."""
+    out = np.full(block.shape[1], np.nan)
+    for j in range(block.shape[1]):
+        col = block[:, j][np.isfinite(block[:, j])]
+        if len(col):
+            out[j] = float(np.median(col))
+    return out
+
+
+def _statuses(df: pd.DataFrame, status_col: str | None, y: np.ndarray,
+              columns: list[str]) -> np.ndarray:
+    """The status of every row, checked."""
+    if status_col is None:
+        return np.where(np.isfinite(y), "ok", "failed").astype(object)
+    if status_col not in df.columns:
+        raise SearchError(f"the table has no status column {status_col!r}; its columns: "
+                          f"{_shown(columns)}",
+                          hint="pass status_col=<column>, or status_col=None to count rows with a "
+                               "finite objective as ok and the rest as failed")
+    raw = df[status_col]
+    status = np.array([s.strip() if isinstance(s, str) else s for s in raw], dtype=object)
+    bad = sorted({repr(s) for s in status if s not in STATUSES})
+    if bad:
+        raise SearchError(f"column {status_col!r} holds unknown status value(s) {', '.join(bad)}",
+                          hint=f"statuses are {', '.join(STATUSES)}; map the others first, e.g. "
+                               f"df[{status_col!r}].replace({{'no_result': 'failed'}})")
+    return status
+
+
+def _knob_names(df: pd.DataFrame, knobs: Sequence[str] | None, space: Space | None,
+                objective: str, status_col: str | None, columns: list[str]) -> list[str]:
+    """The knob columns: given, the space's, or inferred from the dtypes."""
+    import pandas as pd
+
+    if isinstance(knobs, str):
+        raise SearchError(f"knobs = {knobs!r} must be a list of column names",
+                          hint=f"e.g. knobs=[{knobs!r}]")
+    if knobs is None and space is not None:
+        knobs = list(space.names)
+    elif knobs is None:
+        knobs = [c for c in df.columns if c not in (objective, status_col)
+                 and (pd.api.types.is_integer_dtype(df[c].dtype)
+                      or pd.api.types.is_bool_dtype(df[c].dtype)
+                      or not pd.api.types.is_numeric_dtype(df[c].dtype))]
+        if not knobs:
+            raise SearchError(f"no knob column found among {_shown(columns)} (integer, boolean "
+                              "and text columns are knobs; float columns are metrics)",
+                              hint="pass knobs=[...] naming the configuration columns")
+    knobs = list(knobs)
+    missing = [k for k in knobs if k not in df.columns]
+    if missing:
+        raise SearchError(f"knob column(s) {missing} are not in the table; its columns: "
+                          f"{_shown(columns)}", hint="pass knobs= naming existing columns")
+    clash = [k for k in knobs if k in (objective, status_col)]
+    if clash:
+        raise SearchError(f"{clash} cannot be both a knob and the objective/status column",
+                          hint="leave them out of knobs")
+    if space is not None and sorted(knobs) != sorted(space.names):
+        raise SearchError(f"knobs {sorted(knobs)} differ from the space's parameters "
+                          f"{sorted(space.names)}", hint="pass knobs=None to use the space's")
+    blank = [k for k in knobs if df[k].isna().any()]
+    if blank:
+        raise SearchError(f"knob column(s) {blank} have blank cells",
+                          hint="fill them with a placeholder value (cubicml_lab.datasets uses -1 "
+                               "and 'unknown'), or drop those rows")
+    return knobs
+
+
+def _observed_space(df: pd.DataFrame, knobs: list[str]) -> Space:
+    """A space holding exactly the values observed in each knob column."""
+    params: list[Parameter] = []
+    for k in knobs:
+        values = list(dict.fromkeys(v.item() if isinstance(v, np.generic) else v for v in df[k]))
+        if all(isinstance(v, bool) for v in values):
+            params.append(Bool(k))
+        elif all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+            params.append(Ordinal(k, sorted(values)))
+        else:
+            params.append(Choice(k, sorted(values, key=lambda v: (type(v).__name__, str(v)))))
+    try:
+        return Space(params)
+    except SpaceError as err:
+        raise SearchError(f"cannot build a space from the knob columns: {err.message}",
+                          hint=err.hint or "pass space=...") from None
