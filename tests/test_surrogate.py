@@ -409,8 +409,8 @@ def test_learning_curve_uses_the_same_splits_and_loo_for_small_tables(space, spl
 
     train, _ = split
     y = [throughput(c) for c in train[:16]]
-    rows = learning_curve({"gp": lambda: GPPredictor(space)}, train[:16], y, sizes=(8, 50),
-                          repeats=2)
+    rows = learning_curve({"gp": lambda: GPPredictor(space)}, train[:16], y, sizes=(8, 13, 50),
+                          repeats=2, min_test=4)
     assert [(r["n"], r["split"], r["repeat"]) for r in rows] == [(8, "random", 0),
                                                                   (8, "random", 1),
                                                                   (15, "loo", 0)]

@@ -246,12 +246,13 @@ def _scores(y: np.ndarray, mean: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> 
 def learning_curve(pred_factories: Mapping[str, Callable[[], Predictor]], configs: Sequence[dict],
                    values: Sequence[float], sizes: Sequence[int] = (10, 20, 50, 100, 200), *,
                    repeats: int = 3, seed: int = 0, noise: Sequence[float] | None = None,
-                   progress: bool = False) -> list[dict[str, Any]]:
+                   progress: bool = False, min_test: int = 20) -> list[dict[str, Any]]:
     """Quality against the number of training trials, for several predictors on the same splits.
 
     For each size ``n`` smaller than the table, ``repeats`` times: ``n`` trials drawn at random
-    (the same draw for every predictor) train, all the others test. A size at or above the
-    table's row count is replaced by one leave-one-out run over the whole table (``n`` is then
+    (the same draw for every predictor) train, all the others test. A size that would leave
+    fewer than ``max(min_test, rows // 4)`` test trials (a Kendall tau over a handful of trials
+    says little) is replaced by one leave-one-out run over the whole table (``n`` is then
     reported as rows - 1, with ``split = "loo"``), so small tables still get a figure.
 
     Args:
@@ -262,6 +263,7 @@ def learning_curve(pred_factories: Mapping[str, Callable[[], Predictor]], config
         repeats: Random draws per size.
         seed: Seed of the draws.
         progress: Show a tqdm bar.
+        min_test: Fewest test trials of a random split (see above).
 
     Returns:
         One dict per (predictor, size, repeat): ``predictor``, ``n``, ``split`` (``"random"`` or
@@ -279,7 +281,7 @@ def learning_curve(pred_factories: Mapping[str, Callable[[], Predictor]], config
     plan: list[tuple[int, str, int, np.ndarray | None]] = []
     loo_done = False
     for n in sizes:
-        if n >= rows_n:
+        if n > rows_n - max(min_test, rows_n // 4):
             if not loo_done:
                 plan.append((rows_n - 1, "loo", 0, None))
                 loo_done = True
