@@ -14,7 +14,12 @@ Run (about 45 minutes for both on a 2-core machine):
     .venv/bin/python benchmarks/collect_cpu_sweeps.py --workloads dlrm --trials 20 --repeats 4
 
 Step times depend on the machine and on what else runs: the hardware record of every trial says
-where it ran; run it on an otherwise idle machine.
+where it ran; run it on an otherwise idle machine. A trial with as many threads as the machine has
+cores suffers most when something else runs (its OpenMP threads wait on each other: 10-100x
+slower was seen); ``--remeasure-threads 2`` measures such rows of the Parquet files again, in
+place (column ``remeasured``), on a machine that is idle this time:
+    .venv/bin/python benchmarks/collect_cpu_sweeps.py --remeasure-threads 2 \
+        --store data/remeasure.sqlite
 """
 
 from __future__ import annotations
@@ -104,6 +109,70 @@ def collect(workload: str, trials: int, repeats: int, store: cml.TrialStore, mem
     return path
 
 
+def remeasure(workload: str, threads: int, store: cml.TrialStore, memory_gib: float,
+              options: dict, out_dir: Path) -> Path:
+    """Measure again, in place, the main campaign's trials that ran with ``threads`` threads.
+
+    For rows measured while other work loaded the machine: a trial with as many threads as
+    cores is slowed down by far more than its share of the CPU (OpenMP threads wait on each
+    other), and its figure says more about the load than about the configuration. Each such row
+    of ``data/<workload>_cpu_sweep.parquet`` is replaced by a fresh measurement (kept in campaign
+    ``<name>-remeasured`` of ``store``, so an interrupted run resumes), keeping its trial id and
+    creation time; the column ``remeasured`` marks them.
+    """
+    import pandas as pd
+
+    name = f"{workload}-cpu-sweep"
+    path = out_dir / f"{workload}_cpu_sweep.parquet"
+    df = pd.read_parquet(path)
+    keys = [k for k in cml.workloads.get(workload).default_config() if k in df.columns]
+    todo = df[(df["campaign"] == name) & (df["threads"] == threads)]
+    rem = f"{name}-remeasured"
+    if rem not in store.campaigns():
+        store.create_campaign(rem, space=SWEEPS[workload][0](), workload=workload,
+                              metadata={"remeasured_from": str(path), "threads": threads,
+                                        "measure": options})
+    done = {json_key(t.config) for t in store.trials(rem)}
+    launcher = cml.launch.Subprocess(timeout_s=180, memory_limit_gib=memory_gib)
+    for _, row in tqdm(list(todo.iterrows()), desc=f"{workload} remeasure", unit="trial"):
+        config = {k: _plain(row[k]) for k in keys}
+        if json_key(config) in done:
+            continue
+        started = time.time()
+        res = cml.measure(workload, config, launcher=launcher, measure_options=options)
+        store.record_trial(rem, config, status=res.status, metrics=res.metrics,
+                           hardware=res.hardware, workload=workload,
+                           workload_version=res.workload_version, error=res.error,
+                           started_at=started, ended_at=time.time())
+    new = store.to_dataframe(rem)
+    new_key = new[keys].astype(str).agg("|".join, axis=1)
+    old_key = todo[keys].astype(str).agg("|".join, axis=1)
+    by_key = dict(zip(new_key, new.index, strict=True))
+    rows = []
+    for i, k in zip(todo.index, old_key, strict=True):
+        r = new.loc[by_key[k]].copy()
+        r["trial_id"], r["campaign"], r["created_at"] = df.at[i, "trial_id"], name, \
+            df.at[i, "created_at"]
+        rows.append((i, r))
+    if "remeasured" not in df.columns:
+        df["remeasured"] = False
+    for i, r in rows:
+        for col in set(df.columns) - set(r.index) - {"remeasured"}:
+            df.at[i, col] = None  # a metric the new measurement did not report
+        for col, v in r.items():
+            if col not in df.columns:
+                df[col] = None
+            df.at[i, col] = v
+        df.at[i, "remeasured"] = True
+    df.to_parquet(path, index=False)
+    print(f"{workload}: {len(rows)} rows with threads={threads} measured again -> {path}")
+    return path
+
+
+def _plain(value):
+    return value.item() if hasattr(value, "item") else value
+
+
 def json_key(config: dict) -> str:
     import json
 
@@ -121,11 +190,17 @@ def main() -> None:
                         help="address-space limit of each trial process (RLIMIT_AS)")
     parser.add_argument("--max-time-s", type=float, default=2.0)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--remeasure-threads", type=int, default=None,
+                        help="measure again the sweep's rows with this many threads (remeasure)")
     args = parser.parse_args()
     options = {"max_time_s": args.max_time_s, "warmup_max_s": 5.0}
     store = cml.TrialStore(args.store)
     try:
         for w in args.workloads:
+            if args.remeasure_threads is not None:
+                remeasure(w, args.remeasure_threads, store, args.memory_gib, options,
+                          Path(args.out))
+                continue
             _, n, reps = SWEEPS[w]
             collect(w, args.trials or n, args.repeats if args.repeats is not None else reps,
                     store, args.memory_gib, options, Path(args.out), args.seed)
