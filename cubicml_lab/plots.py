@@ -22,7 +22,8 @@ if TYPE_CHECKING:
     import matplotlib.figure
     import pandas as pd
 
-__all__ = ["best_so_far_data", "campaign_figure", "plot_best_so_far", "plot_parity"]
+__all__ = ["best_so_far_data", "campaign_figure", "plot_best_so_far", "plot_parity",
+           "plot_regret_curves", "regret_curves_data"]
 
 _LABELS = {"throughput": "throughput (units/s)", "tokens_per_s": "tokens/s",
            "samples_per_s": "samples/s", "step_time_s": "step time (s)",
@@ -92,6 +93,47 @@ def plot_best_so_far(df: pd.DataFrame, objective: str = "throughput", direction:
     ax.set_ylabel(_label(objective, unit))
     ax.set_title("search progress")
     ax.legend(loc="lower right", fontsize=8)
+    return fig
+
+
+def regret_curves_data(runs: pd.DataFrame) -> pd.DataFrame:
+    """Median and quartiles of the regret after each trial, per searcher, over seeds.
+
+    Args:
+        runs: Replays stacked: columns ``searcher``, ``seed``, ``trial`` and ``regret`` (e.g.
+            :meth:`~cubicml_lab.search.TableObjective.replay` outputs with the first two added).
+
+    Returns:
+        DataFrame with columns searcher, trial, median, q25, q75, seeds.
+
+    Example:
+        >>> import pandas as pd
+        >>> runs = pd.DataFrame({"searcher": ["a"] * 4, "seed": [0, 0, 1, 1],
+        ...                      "trial": [1, 2, 1, 2], "regret": [0.5, 0.1, 0.3, 0.0]})
+        >>> regret_curves_data(runs)["median"].tolist()
+        [0.4, 0.05]
+    """
+    grouped = runs.groupby(["searcher", "trial"], sort=False)["regret"]
+    out = grouped.agg(median="median", q25=lambda r: r.quantile(0.25),
+                      q75=lambda r: r.quantile(0.75), seeds="count")
+    return out.reset_index()
+
+
+def plot_regret_curves(runs: pd.DataFrame, *, title: str = "regret of the best found",
+                       ax: matplotlib.axes.Axes | None = None) -> matplotlib.figure.Figure:
+    """Regret (% slower than the table's best) against trials: median line and interquartile
+    band per searcher (:func:`regret_curves_data`)."""
+    data = regret_curves_data(runs)
+    fig, ax = _axes(ax)
+    for i, (name, d) in enumerate(data.groupby("searcher", sort=False)):
+        ax.plot(d["trial"], 100 * d["median"], color=f"C{i}", label=f"{name} (median)")
+        ax.fill_between(d["trial"], 100 * d["q25"], 100 * d["q75"], color=f"C{i}", alpha=0.15,
+                        lw=0)
+    ax.set_xlabel("trials")
+    ax.set_ylabel("regret (% below the best)")
+    ax.set_ylim(bottom=0)
+    ax.set_title(title)
+    ax.legend(fontsize=8)
     return fig
 
 

@@ -40,3 +40,18 @@ def test_campaign_figure_draws_both_panels(tmp_path):
     fig.savefig(tmp_path / "f.png")
     assert (tmp_path / "f.png").stat().st_size > 10_000
     assert len(plots.campaign_figure(frame()).axes) == 1
+
+
+def test_regret_curves_data_and_figure():
+    runs = pd.DataFrame({"searcher": ["bo"] * 4 + ["random"] * 4, "seed": [0, 0, 1, 1] * 2,
+                         "trial": [1, 2] * 4, "regret": [0.4, 0.0, 0.2, 0.1, 0.5, 0.5, 0.3, 0.3]})
+    data = plots.regret_curves_data(runs)
+    bo = data[data["searcher"] == "bo"]
+    assert bo["median"].round(6).tolist() == [0.3, 0.05]
+    assert (data["q25"] <= data["median"]).all() and (data["median"] <= data["q75"]).all()
+    assert data["seeds"].tolist() == [2, 2, 2, 2]
+    fig = plots.plot_regret_curves(runs)
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["bo (median)",
+                                                                    "random (median)"]
+    assert ax.get_ylim()[0] == 0

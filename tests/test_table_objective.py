@@ -209,3 +209,18 @@ def test_blank_knob_cells_are_refused():
     with pytest.raises(SearchError, match="blank") as err:
         TableObjective(df)
     assert "placeholder" in err.value.hint
+
+
+def test_replay_costs_a_trial_per_oom_and_tracks_regret(bloom):
+    obj = TableObjective.from_dataset(bloom)
+    s = RandomSearch(obj.space, objective=obj.objective, candidates=obj.configs(), seed=3)
+    df = obj.replay(s, budget=len(obj) + 10, batch=4)
+    assert len(df) == len(obj)  # the table ran out: every configuration once
+    assert df["trial"].tolist() == list(range(1, len(obj) + 1))
+    assert (df["status"] != "ok").sum() == obj.n_failed
+    assert df["regret"].iloc[-1] == 0.0 and df["regret"].is_monotonic_decreasing
+    ok = df[df["status"] == "ok"]
+    assert (ok["best"].cummax() == ok["best"]).all() and df.loc[df["status"] != "ok",
+                                                               "value"].isna().all()
+    with pytest.raises(SearchError, match="budget = 0 must be a positive int"):
+        obj.replay(s, budget=0)

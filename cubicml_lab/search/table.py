@@ -319,6 +319,55 @@ class TableObjective:
         gap = best - v if direction == "maximize" else v - best
         return gap / abs(best)
 
+    def replay(self, searcher: Any, budget: int, *, batch: int = 1) -> pd.DataFrame:
+        """Run ``searcher`` against the table for ``budget`` trials (fewer if the table runs
+        out), ``batch`` configurations per ask, and return what happened, one row per trial.
+
+        Each asked configuration is answered by the table and told back to the searcher, so a
+        failed or out-of-memory row costs a trial, as on hardware. ``searcher`` needs
+        ``candidates=obj.configs()`` (or a space holding only the table's configurations).
+
+        Returns:
+            DataFrame with ``trial`` (1-based), ``status``, ``value`` (the objective, NaN unless
+            ok), ``best`` (best ok value so far in the searcher's direction, NaN before the
+            first), ``regret`` (of ``best`` against the table's true best; 1.0 before any ok
+            trial) and one column per knob.
+
+        Raises:
+            SearchError: If ``budget`` or ``batch`` is not a positive int.
+
+        Example:
+            >>> import cubicml_lab as cml
+            >>> obj = cml.TableObjective.from_dataset(cml.datasets.load("lucie7b_seq2k"))
+            >>> s = cml.RandomSearch(obj.space, objective=obj.objective, candidates=obj.configs())
+            >>> obj.replay(s, budget=5)["trial"].tolist()
+            [1, 2, 3, 4, 5]
+        """
+        import pandas as pd
+
+        for name, v in (("budget", budget), ("batch", batch)):
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise SearchError(f"{name} = {v!r} must be a positive int", hint="e.g. 25")
+        direction = getattr(searcher, "direction", "maximize")
+        sign = 1.0 if direction == "maximize" else -1.0
+        rows: list[dict[str, Any]] = []
+        best = math.nan
+        while len(rows) < min(budget, len(self._rows)):
+            try:
+                asked = searcher.ask(min(batch, budget - len(rows)))
+            except SearchError:  # the pool ran out
+                break
+            for config in asked:
+                res = self(config)
+                searcher.tell(config, res.values, status=res.status)
+                value = res.values[self.objective] if res.status == "ok" else math.nan
+                if res.status == "ok" and not (sign * value <= sign * best):
+                    best = value
+                regret = self.regret(best, direction) if math.isfinite(best) else 1.0
+                rows.append({"trial": len(rows) + 1, "status": res.status, "value": value,
+                             "best": best, "regret": regret, **res.config})
+        return pd.DataFrame(rows)
+
     def __repr__(self) -> str:
         return (f"TableObjective({len(self.table)} rows, {len(self._rows)} configurations, "
                 f"objective={self.objective!r}, knobs={self.knobs}, reduce={self.reduce!r})")
