@@ -318,6 +318,9 @@ def test_interrupting_the_caller_kills_the_trial(tmp_path: Path) -> None:
         open({str(pid_file)!r}, "w").write(str(os.getpid()))
         time.sleep(120)
         """)
+    # a shell that starts pytest in the background (`make test &`) leaves SIGINT ignored, and
+    # Python then raises no KeyboardInterrupt: restore the handler a terminal or kernel has
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     timer = threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT))
     timer.start()
     try:
@@ -325,6 +328,7 @@ def test_interrupting_the_caller_kills_the_trial(tmp_path: Path) -> None:
             Subprocess(python=script, timeout_s=60).run(TINY_SPEC)
     finally:
         timer.cancel()
+        signal.signal(signal.SIGINT, previous)
     assert not alive(int(pid_file.read_text()))
 
 

@@ -112,14 +112,16 @@ def _noisy(cfgs: list[dict], sigma: float, rng: np.random.Generator) -> np.ndarr
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("stated_noise", [False, True])
-def test_fast_exact_posterior_agrees_with_gpytorch(space, split, stated_noise):
+@pytest.mark.parametrize("stated_noise,categorical", [(False, "onehot"), (True, "onehot"),
+                                                       (False, "mixed")])
+def test_fast_exact_posterior_agrees_with_gpytorch(space, split, stated_noise, categorical):
     import gpytorch
     import torch
 
     cfgs = split[0]
     noise = [0.02 + 0.01 * (i % 3) for i in range(len(cfgs))] if stated_noise else None
-    pred = GPPredictor(space).fit(cfgs, [throughput(c) for c in cfgs], noise=noise)
+    pred = GPPredictor(space, categorical=categorical).fit(cfgs, [throughput(c) for c in cfgs],
+                                                           noise=noise)
     X = pred._encode(split[1], "configs")
     mu, var = pred._posterior_encoded(X)
     with torch.no_grad(), gpytorch.settings.max_cholesky_size(5000):

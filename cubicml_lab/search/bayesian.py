@@ -65,7 +65,9 @@ __all__ = ["BayesianSearch", "default_n_init"]
 #: L-BFGS-B iterations of a warm-started hyperparameter fit (see ``BayesianSearch._fit``).
 WARM_MAX_ITER = 40
 #: L-BFGS-B iterations of each feasibility-model GP (cold-started at every ask).
-FEASIBILITY_MAX_ITER = 60
+FEASIBILITY_MAX_ITER = 40
+#: Observed configurations (those of highest posterior mean) kept as qLogNEI's baseline.
+BASELINE_MAX = 64
 #: Pools larger than this are screened by analytic log EI to this many before qLogNEI runs.
 SCREEN_SIZE = 2048
 
@@ -339,25 +341,39 @@ class BayesianSearch(Searcher):
 
         X_base = self.space.encode(configs)
         X_pool = self._encode_pool(pool)
+        single = self.second_predictor is None
+        mu_b = torch.as_tensor(self.predictor._posterior_encoded(X_base)[0]) if single else None
+        if single and len(configs) > BASELINE_MAX:
+            # noisy EI integrates over which observed point is the incumbent; only those with a
+            # high posterior mean can be (BoTorch's prune_baseline then trims further)
+            X_base = X_base[torch.topk(mu_b, BASELINE_MAX).indices]
+            info["baseline"] = BASELINE_MAX
+        keep = max(SCREEN_SIZE, 8 * n)
+        score = None
+        if single and len(pool) > keep:
+            # screen with the analytic log EI (no joint samples) against the best posterior
+            # mean observed: the exact acquisition then runs over the most promising only; with
+            # a feasibility model, first to 4x that many by EI alone (its GP is not evaluated
+            # over the whole pool), then by EI x P(feasible)
+            from botorch.acquisition.analytic import _log_ei_helper
+
+            mu, var = (torch.as_tensor(a) for a in self.predictor._posterior_encoded(X_pool))
+            sigma = var.clamp_min(1e-18).sqrt()
+            score = torch.nan_to_num(_log_ei_helper((mu - float(mu_b.max())) / sigma)
+                                     + sigma.log(), nan=-torch.inf)
+            first = min(len(pool), 4 * keep if self.feasibility_model is not None else keep)
+            top = torch.topk(score, first).indices.sort().values
+            pool, X_pool, score = [pool[int(i)] for i in top], X_pool[top], score[top]
+            info["screened"] = keep
         log_w = torch.zeros(len(pool), dtype=X_pool.dtype)
         if self.feasibility_model is not None:
             p = self.feasibility_model.predict_encoded(X_pool, len(pool),
                                                        memory_limit=self.memory_limit_gib)
             log_w = torch.as_tensor(np.log(np.clip(p, 1e-12, 1.0)), dtype=X_pool.dtype)
             info["p_feasible_of_picks"] = []
-        keep = max(SCREEN_SIZE, 8 * n)
-        if self.second_predictor is None and len(pool) > keep:
-            # screen with the analytic log EI (no joint samples) against the best posterior
-            # mean observed: the exact acquisition then runs over the most promising only
-            from botorch.acquisition.analytic import _log_ei_helper
-
-            mu_b, _ = self.predictor._posterior_encoded(X_base)
-            mu, var = (torch.as_tensor(a) for a in self.predictor._posterior_encoded(X_pool))
-            sigma = var.clamp_min(1e-18).sqrt()
-            score = _log_ei_helper((mu - float(mu_b.max())) / sigma) + sigma.log() + log_w
-            top = torch.topk(torch.nan_to_num(score, nan=-torch.inf), keep).indices.sort().values
-            pool, X_pool, log_w = [pool[int(i)] for i in top], X_pool[top], log_w[top]
-            info["screened"] = keep
+            if score is not None and len(pool) > keep:
+                top = torch.topk(score + log_w, keep).indices.sort().values
+                pool, X_pool, log_w = [pool[int(i)] for i in top], X_pool[top], log_w[top]
         pending = self.pending
         X_pend = self.space.encode(pending) if pending else X_pool[:0]
         picks: list[int] = []

@@ -266,7 +266,7 @@ class GPPredictor(BasePredictor):
         ``space.encode`` with one-hot categoricals): callers that score a large fixed pool many
         times encode it once.
 
-        For a ``SingleTaskGP`` the exact predictive mean and variance are computed here from one
+        For a ``SingleTaskGP`` (or ``MixedSingleTaskGP``) the exact predictive mean and variance are computed here from one
         Cholesky factor of the training kernel matrix (``mu = k*^T alpha``, ``var = k** -
         |L^-1 k*|^2``), cached per fitted model: GPyTorch's general posterior builds a lazy
         joint covariance per chunk and was 3-30x slower for tens of thousands of candidates.
@@ -279,7 +279,7 @@ class GPPredictor(BasePredictor):
 
         self._check_fitted()
         X = X.to(torch.float64)
-        if type(self.model) is SingleTaskGP:
+        if isinstance(self.model, SingleTaskGP):  # MixedSingleTaskGP included
             mu, var = self._fast_posterior(X)
             return mu.numpy(), var.numpy()
         mus, variances = [], []
