@@ -394,3 +394,13 @@ def test_two_objectives_search_and_pareto_front(space):
                                                       reverse=True)
     with pytest.raises(SearchError, match="pareto\\(\\) needs two objectives"):
         BayesianSearch(space).pareto()
+
+
+def test_initial_design_is_at_most_a_tenth_of_an_explicit_pool(space):
+    from cubicml_lab.search.bayesian import default_n_init
+
+    assert default_n_init(space) == 4  # d = 3 encoded columns: max(4, d + 1)
+    assert default_n_init(space, pool_size=40) == 4 and default_n_init(space, 10) == 3
+    pool = space.enumerate()[:30]
+    assert BayesianSearch(space, candidates=pool).n_init == 3
+    assert BayesianSearch(space, candidates=pool, n_init=6).n_init == 6

@@ -72,9 +72,12 @@ BASELINE_MAX = 64
 SCREEN_SIZE = 2048
 
 
-def default_n_init(space: Space) -> int:
-    """Initial-design size: ``min(max(4, d + 1), 8)`` with ``d`` the encoded dimension."""
-    return min(max(4, len(space.encoded_names) + 1), 8)
+def default_n_init(space: Space, pool_size: int | None = None) -> int:
+    """Initial-design size: ``min(max(4, d + 1), 8)`` with ``d`` the encoded dimension, and at
+    most a tenth of an explicit candidate pool of ``pool_size`` (but at least 3): on a table of
+    40 configurations, 8 random trials would already be a fifth of it."""
+    n = min(max(4, len(space.encoded_names) + 1), 8)
+    return n if pool_size is None else min(n, max(3, pool_size // 10))
 
 
 class BayesianSearch(Searcher):
@@ -83,7 +86,8 @@ class BayesianSearch(Searcher):
     Args:
         space, objective, direction, candidates, seed, num_candidates: as :class:`Searcher`.
         n_init: Ok observations to collect by space-filling design before the GP takes over
-            (default :func:`default_n_init`: ``min(max(4, d + 1), 8)``, ``d`` = encoded dimension).
+            (default :func:`default_n_init`: ``min(max(4, d + 1), 8)``, ``d`` = encoded dimension,
+            and at most a tenth of an explicit candidate pool).
         log_objective: Model ``log(objective)`` (default; ok values must then be > 0).
         mc_samples: Quasi-Monte-Carlo samples of the acquisition function.
         chunk_size: Pool configurations evaluated per acquisition call (memory vs. speed).
@@ -131,7 +135,8 @@ class BayesianSearch(Searcher):
         super().__init__(space, objective, direction, candidates, seed,
                          num_candidates=num_candidates)
         if n_init is None:
-            n_init = default_n_init(space)
+            n_init = default_n_init(space, None if self._candidates is None
+                                    else len(self._candidates))
         for name, v, low in (("n_init", n_init, 0), ("mc_samples", mc_samples, 1),
                              ("chunk_size", chunk_size, 1), ("stop_patience", stop_patience, 1)):
             if not isinstance(v, int) or isinstance(v, bool) or v < low:

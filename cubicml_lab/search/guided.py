@@ -135,8 +135,9 @@ class PredictorGuidedSearch(Searcher):
                  crossover: float = 0.5) -> None:
         super().__init__(space, objective, direction, candidates, seed,
                          num_candidates=num_candidates)
-        self.n_init = _int_arg("n_init", default_n_init(space) if n_init is None else n_init, 0,
-                               "n_init=8")
+        pool = None if self._candidates is None else len(self._candidates)
+        self.n_init = _int_arg("n_init", default_n_init(space, pool) if n_init is None else n_init,
+                               0, "n_init=8")
         if predictor_factory is not None and not callable(predictor_factory):
             raise SearchError(f"predictor_factory = {predictor_factory!r} is not callable",
                               hint="pass a function that builds an unfitted predictor, e.g. "
