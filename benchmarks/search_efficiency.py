@@ -98,7 +98,7 @@ class TPE:
     def _norm(self, configs):
         return (self.space.encode_array(configs) - self._lo) / self._span
 
-    def ask(self) -> list[dict]:
+    def ask(self, n: int = 1) -> list[dict]:  # one at a time: TPE here is sequential
         self._trial = self.study.ask(self.dists)
         params = self._trial.params
         cfg = {p.name: (params[p.name] if p.kind in ("choice", "bool")
@@ -138,17 +138,10 @@ def replay(table: str, kind: str, seed: int, budget: int) -> dict:
 
     torch.set_num_threads(1)
     obj = oracle(table)
-    searcher = make_searcher(kind, obj, seed)
     t0 = time.perf_counter()
-    best, trace = -math.inf, []
-    for _ in range(min(budget, len(obj))):
-        [cfg] = searcher.ask()
-        res = obj(cfg)
-        searcher.tell(cfg, res.values, status=res.status)
-        if res.status == "ok":
-            best = max(best, res.values[obj.objective])
-        trace.append(best)
-    return {"table": table, "searcher": kind, "seed": seed, "trace": trace,
+    df = obj.replay(make_searcher(kind, obj, seed), budget)
+    return {"table": table, "searcher": kind, "seed": seed,
+            "trace": df["best"].fillna(-math.inf).tolist(),
             "seconds": time.perf_counter() - t0}
 
 

@@ -413,7 +413,7 @@ def _finish(name: str, df: pd.DataFrame, knobs: list[str], objective: str, sourc
         notes += (f" {int(repeats.sum())} rows share their knob values with another row "
                   f"({int(df[repeats].drop_duplicates(knobs).shape[0])} configurations measured "
                   "more than once).")
-    space = Space([_parameter(k, df[k], order.get(k)) for k in knobs])
+    space = Space([observed_parameter(k, df[k], order.get(k)) for k in knobs])
     first = [*knobs, objective, "status"]
     df = df[first + [c for c in df.columns if c not in first]].reset_index(drop=True)
     return Dataset(name=name, space=space, table=df, objective=objective, knobs=list(space.names),
@@ -461,8 +461,9 @@ def _fill_blanks(df: pd.DataFrame, knobs: Sequence[str]) -> dict[str, int]:
     return filled
 
 
-def _parameter(name: str, col: pd.Series, order: Sequence[Any] | None) -> Parameter:
-    """A parameter holding exactly the values observed in ``col``."""
+def observed_parameter(name: str, col: pd.Series, order: Sequence[Any] | None = None) -> Parameter:
+    """A parameter holding exactly the values observed in ``col``: ``Ordinal`` for numbers
+    (sorted, or in ``order``), ``Bool`` for both booleans, ``Choice`` otherwise."""
     values = list(dict.fromkeys(_plain(v) for v in col))
     if order is not None:
         extra = [v for v in values if v not in order]

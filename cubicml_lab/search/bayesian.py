@@ -347,13 +347,15 @@ class BayesianSearch(Searcher):
         X_base = self.space.encode(configs)
         X_pool = self._encode_pool(pool)
         single = self.second_predictor is None
-        mu_b = torch.as_tensor(self.predictor._posterior_encoded(X_base)[0]) if single else None
+        keep = max(SCREEN_SIZE, 8 * n)
+        mu_b = None
+        if single and (len(configs) > BASELINE_MAX or len(pool) > keep):
+            mu_b = torch.as_tensor(self.predictor._posterior_encoded(X_base)[0])
         if single and len(configs) > BASELINE_MAX:
             # noisy EI integrates over which observed point is the incumbent; only those with a
             # high posterior mean can be (BoTorch's prune_baseline then trims further)
             X_base = X_base[torch.topk(mu_b, BASELINE_MAX).indices]
             info["baseline"] = BASELINE_MAX
-        keep = max(SCREEN_SIZE, 8 * n)
         score = None
         if single and len(pool) > keep:
             # screen with the analytic log EI (no joint samples) against the best posterior

@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..errors import SearchError, SpaceError
-from ..space import Bool, Choice, Ordinal, Parameter, Space
+from ..space import Space
 from .base import DIRECTIONS, STATUSES
 
 if TYPE_CHECKING:
@@ -449,17 +449,10 @@ def _knob_names(df: pd.DataFrame, knobs: Sequence[str] | None, space: Space | No
 
 def _observed_space(df: pd.DataFrame, knobs: list[str]) -> Space:
     """A space holding exactly the values observed in each knob column."""
-    params: list[Parameter] = []
-    for k in knobs:
-        values = list(dict.fromkeys(v.item() if isinstance(v, np.generic) else v for v in df[k]))
-        if all(isinstance(v, bool) for v in values):
-            params.append(Bool(k))
-        elif all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
-            params.append(Ordinal(k, sorted(values)))
-        else:
-            params.append(Choice(k, sorted(values, key=lambda v: (type(v).__name__, str(v)))))
+    from ..datasets import observed_parameter
+
     try:
-        return Space(params)
+        return Space([observed_parameter(k, df[k]) for k in knobs])
     except SpaceError as err:
         raise SearchError(f"cannot build a space from the knob columns: {err.message}",
                           hint=err.hint or "pass space=...") from None
