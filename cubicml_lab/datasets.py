@@ -96,6 +96,10 @@ class Dataset:
         knobs: Names of the knob columns, equal to ``space.names``.
         source: One-line citation: where the numbers come from (repository, commit, file).
         notes: How the numbers were measured, how the table was built and its known flaws.
+        cost_model: The workload's analytical cost terms for a configuration of ``space``
+            (:func:`cubicml_lab.workloads.gpt.cost_terms` with the table's constant knobs
+            filled in), for ``GPPredictor(space, cost_model=...)``; None where the table's
+            knobs do not say enough (the public tables).
 
     Example:
         >>> ds = load("mpt_llmfoundry")
@@ -111,6 +115,7 @@ class Dataset:
     knobs: list[str]
     source: str
     notes: str
+    cost_model: Callable[[dict], list[float]] | None = None
 
     def __repr__(self) -> str:
         counts = self.table["status"].value_counts().to_dict()
@@ -349,7 +354,28 @@ def _load_sweep(name: str, workload: str, path: Path) -> Dataset:
         notes += f" {dropped} unfinished (pending/running) trial(s) dropped."
     source = (f"cubicml-lab (this repository), benchmarks/collect_cpu_sweeps.py -> "
               f"data/{path.name}")
-    return _finish(name, df, knobs, "throughput", source, notes, {})
+    constants = {k: _plain(df[k].iloc[0]) for k in config_keys if k not in knobs}
+    return _finish(name, df, knobs, "throughput", source, notes, {},
+                   cost_model=_SweepCost(workload, constants))
+
+
+class _SweepCost:
+    """``config -> cost_terms`` of a sweep's workload, the sweep's constant knobs (and the
+    workload's defaults) filled in."""
+
+    def __init__(self, workload: str, constants: Mapping[str, Any]) -> None:
+        from .workloads import dlrm, gpt
+
+        module = {"gpt": gpt, "dlrm": dlrm}[workload]
+        self.workload = workload
+        self._terms = module.cost_terms
+        self._base = {**{k: knob.default for k, knob in module.KNOBS.items()}, **constants}
+
+    def __call__(self, config: Mapping[str, Any]) -> list[float]:
+        return self._terms({**self._base, **config})
+
+    def __repr__(self) -> str:
+        return f"<cost_terms of the {self.workload!r} workload>"
 
 
 def _expand_raw(pd: Any, df: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
@@ -399,7 +425,8 @@ def _tidy_config_columns(df: pd.DataFrame, path: Path) -> list[str]:
 
 # ------------------------------------------------------------------------------- shared steps
 def _finish(name: str, df: pd.DataFrame, knobs: list[str], objective: str, source: str,
-            notes: str, order: Mapping[str, Sequence[Any]]) -> Dataset:
+            notes: str, order: Mapping[str, Sequence[Any]],
+            cost_model: Callable[[dict], list[float]] | None = None) -> Dataset:
     """Normalise status, fill blank knob cells, build the space and order the columns."""
     df = df.copy()
     df["status"] = _status(df, objective)
@@ -417,7 +444,7 @@ def _finish(name: str, df: pd.DataFrame, knobs: list[str], objective: str, sourc
     first = [*knobs, objective, "status"]
     df = df[first + [c for c in df.columns if c not in first]].reset_index(drop=True)
     return Dataset(name=name, space=space, table=df, objective=objective, knobs=list(space.names),
-                   source=source, notes=notes)
+                   source=source, notes=notes, cost_model=cost_model)
 
 
 def _status(df: pd.DataFrame, objective: str) -> pd.Series:

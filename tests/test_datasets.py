@@ -149,7 +149,7 @@ def _record_sweep(store: TrialStore) -> None:
             ("gpt-cpu-sweep", 4, "fp32", True, "ok"), ("gpt-cpu-sweep", 32, "bf16", True, "oom"),
             ("gpt-cpu-sweep-repeats", 2, "bf16", False, "ok")]
     for campaign, mb, precision, fused, status in rows:
-        config = {"d_model": 128, "micro_batch": mb, "precision": precision,
+        config = {"d_model": 256, "micro_batch": mb, "precision": precision,
                   "fused_optimizer": fused, "lr": 3e-4}
         metrics = {"throughput": 1000.0 * mb, "step_time_s": 0.5 / mb} if status == "ok" else {}
         store.record_trial(campaign, config, status=status, metrics=metrics,
@@ -174,6 +174,14 @@ def test_sweep_parquet_from_a_real_store(tmp_path):
     assert all(ds.space.contains(c) for c in ds.configs())
     assert {"d_model", "lr", "step_time_s", "hw.device", "campaign"} <= set(t.columns)
     assert "rows share their knob values" in ds.notes  # the repeat
+    # the workload's cost model, the sweep's constant knobs (d_model) and defaults filled in
+    from cubicml_lab.workloads.gpt import KNOBS, cost_terms
+
+    defaults = {k: knob.default for k, knob in KNOBS.items()}
+    config = ds.configs()[0]
+    assert ds.cost_model(config) == cost_terms({**defaults, "d_model": 256, **config})
+    assert ds.cost_model(config) != cost_terms({**defaults, **config})  # not the default 128
+    assert datasets.load("mpt_llmfoundry").cost_model is None
 
 
 def test_sweep_parquet_in_raw_form_loads_the_same(tmp_path):

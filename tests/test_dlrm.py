@@ -119,3 +119,15 @@ def test_run_trial_measures_a_tiny_dlrm() -> None:
     assert m["samples_per_s_per_device"] == pytest.approx(m["samples_per_s"])
     assert m["flops_per_step"] == flops_per_step(get("dlrm").resolve(TINY)) and m["mfu"] > 0
     assert res.workload == "dlrm" and res.config["num_tables"] == 3
+
+
+def test_cost_terms_tell_dense_from_sparse_table_updates():
+    from cubicml_lab.workloads.dlrm import cost_terms
+
+    cfg = get("dlrm").resolve({"num_tables": 4, "rows": 5000, "emb_dim": 16, "pooling": 2,
+                               "batch_size": 100, "sparse_grads": False})
+    flops, lookups, updates, overhead = cost_terms(cfg)
+    assert flops == flops_per_step(cfg) / 100 and overhead == 1 / 100
+    assert lookups == 4 * 2 * 16
+    assert updates == 4 * 5000 * 16 / 100  # every row of every table, shared by the batch
+    assert cost_terms({**cfg, "sparse_grads": True})[2] == lookups  # only the rows looked up

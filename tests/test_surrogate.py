@@ -431,3 +431,60 @@ def test_hyperparameters_from_a_subset_then_conditioning_on_every_trial(space, s
     assert stats.kendalltau([throughput(c) for c in test], held_out).statistic > 0.85
     with pytest.raises(PredictorError, match="max_fit_points = 1"):
         GPPredictor(space, max_fit_points=1)
+
+
+# -- GPPredictor with an analytical cost model as its prior mean ----------------------------------
+def roofline(cfg: dict) -> float:
+    """Samples/s of a made-up step: a per-layer cost plus a per-micro-batch overhead per sample,
+    and a recompute penalty the cost model does not know."""
+    penalty = {"none": 1.0, "selective": 0.9, "full": 0.75}[cfg["recompute"]]
+    return 1e4 * penalty / (cfg["layers"] + 16.0 / cfg["micro_batch"])
+
+
+def roofline_terms(cfg: dict) -> list[float]:
+    return [float(cfg["layers"]), 1.0 / cfg["micro_batch"]]
+
+
+def test_a_cost_model_mean_ranks_well_from_few_trials(space):
+    cfgs = space.enumerate()
+    order = np.random.default_rng(3).permutation(len(cfgs))
+    train, test = [cfgs[i] for i in order[:8]], [cfgs[i] for i in order[8:]]
+    truth = np.array([roofline(c) for c in test])
+    y = [roofline(c) for c in train]
+    plain = GPPredictor(space).fit(train, y)
+    costed = GPPredictor(space, cost_model=roofline_terms).fit(train, y)
+    tau_plain = kendall_tau(plain.predict(test)[0], truth)
+    tau_cost = kendall_tau(costed.predict(test)[0], truth)
+    assert tau_cost > 0.85 and tau_cost > tau_plain + 0.1, (tau_cost, tau_plain)
+    # the fitted weights recover the ratio of the two terms: 16 per unit of 1/micro_batch
+    mean = costed.model.mean_module
+    ratio = float((mean.a[1] - mean.a[0] - mean.shift[1] + mean.shift[0]).exp().detach())
+    assert 14 < ratio < 18, ratio
+    # the fast exact posterior and GPyTorch's agree with the cost columns too
+    import torch
+
+    X = costed._encode(test, "configs")
+    mu, _ = costed._posterior_encoded(X)
+    with torch.no_grad():
+        np.testing.assert_allclose(mu, costed.model.posterior(X).mean.squeeze(-1).numpy(),
+                                   rtol=1e-8, atol=1e-8)
+
+
+@pytest.mark.parametrize("cost_model,match", [
+    (lambda c: [-1.0, 2.0], "positive finite"),
+    (lambda c: [float("nan")], "positive finite"),
+    (lambda c: [1.0] * (1 + c["layers"] % 2), "positive finite"),
+    (lambda c: c["no_such_knob"], "raised KeyError"),
+])
+def test_a_bad_cost_model_is_named(space, split, cost_model, match):
+    cfgs = split[0][:10]
+    with pytest.raises(PredictorError, match=match) as err:
+        GPPredictor(space, cost_model=cost_model).fit(cfgs, [roofline(c) for c in cfgs])
+    assert "cost_model" in str(err.value)
+
+
+def test_cost_model_settings_are_checked(space):
+    with pytest.raises(PredictorError, match="not callable"):
+        GPPredictor(space, cost_model=[1.0, 2.0])
+    with pytest.raises(PredictorError, match="onehot"):
+        GPPredictor(space, categorical="mixed", cost_model=roofline_terms)

@@ -257,3 +257,18 @@ def test_compiled_gpt_runs() -> None:
                      "measure": FAST})
     assert res.status == "ok", res.error
     assert res.config["compile"] is True and res.metrics["step_time_s"] > 0
+
+
+def test_gpt_cost_terms_follow_recompute_and_batching():
+    from cubicml_lab.workloads.gpt import cost_terms
+
+    cfg = get("gpt").resolve(TINY)
+    flops, weights, activations, overhead = cost_terms(cfg)
+    tokens = cfg["micro_batch"] * cfg["seq_len"] * cfg["grad_accum"]
+    assert flops == pytest.approx(flops_per_step(cfg) / tokens)
+    assert cost_terms({**cfg, "recompute": "full"})[0] == pytest.approx(flops * 4 / 3)
+    assert flops < cost_terms({**cfg, "recompute": "selective"})[0] < flops * 4 / 3
+    more = cost_terms({**cfg, "grad_accum": 2 * cfg["grad_accum"]})
+    assert more[1] == pytest.approx(weights / 2)  # one optimizer step for twice the tokens
+    assert more[2] == activations and more[3] == overhead  # per micro-batch: unchanged
+    assert cost_terms({**cfg, "micro_batch": 2 * cfg["micro_batch"]})[3] == overhead / 2

@@ -49,7 +49,7 @@ from __future__ import annotations
 import math
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -101,6 +101,9 @@ class BayesianSearch(Searcher):
         stop_patience: Flat BO asks in a row after which :meth:`should_stop` fires.
         noise_metric: A told metric holding each trial's relative spread (e.g.
             "step_time_rel_ci"), passed to the GP as observed noise; None infers one noise level.
+        cost_model: An analytical cost model for the objective GP's prior mean
+            (``GPPredictor(cost_model=...)``, e.g. ``Dataset.cost_model`` or a function calling
+            :func:`cubicml_lab.workloads.gpt.cost_terms`): better guesses from the first trials.
 
     Attributes:
         last_ask_info: What the last proposing ask did: ``phase`` ("initial", "bo" or
@@ -131,7 +134,8 @@ class BayesianSearch(Searcher):
                  memory_limit_gib: float | None = None, memory_metric: str = "peak_mem_gib",
                  second_objective: str | None = None, second_direction: str = "minimize",
                  stop_threshold: float = 0.005, stop_patience: int = 3,
-                 noise_metric: str | None = None) -> None:
+                 noise_metric: str | None = None,
+                 cost_model: Callable[[dict], Any] | None = None) -> None:
         super().__init__(space, objective, direction, candidates, seed,
                          num_candidates=num_candidates)
         if n_init is None:
@@ -148,6 +152,9 @@ class BayesianSearch(Searcher):
         if second_direction not in ("maximize", "minimize"):
             raise SearchError(f"second_direction = {second_direction!r} is not 'maximize' or "
                               "'minimize'", hint="peak memory is minimised: 'minimize'")
+        if second_objective is not None and cost_model is not None:
+            raise SearchError("cost_model works with one objective, not with second_objective",
+                              hint="drop one of them")
         if second_objective is not None and second_objective == objective:
             raise SearchError(f"second_objective = {second_objective!r} is the objective itself",
                               hint="name another metric, e.g. 'peak_mem_gib'")
@@ -164,6 +171,10 @@ class BayesianSearch(Searcher):
         self.stop_threshold = float(stop_threshold)
         self.stop_patience = stop_patience
         self.noise_metric = noise_metric
+        if cost_model is not None and not callable(cost_model):
+            raise SearchError(f"cost_model = {cost_model!r:.60} is not callable",
+                              hint="pass a function config -> cost terms, or None")
+        self.cost_model = cost_model
         self.last_ask_info: dict[str, Any] = {}
         self.predictor: Any = None
         self.second_predictor: Any = None
@@ -235,7 +246,8 @@ class BayesianSearch(Searcher):
         m = self._anchor(n)
 
         def make(s: int) -> Any:
-            return GPPredictor(self.space, metric, log_objective=self.log_objective, seed=s)
+            return GPPredictor(self.space, metric, log_objective=self.log_objective, seed=s,
+                               cost_model=self.cost_model if metric == self.objective else None)
 
         anchor_seed = int(np.random.default_rng([self.seed, m, 7]).integers(2**31 - 1))
         cached = self._anchors.get(metric)
@@ -323,7 +335,9 @@ class BayesianSearch(Searcher):
 
     def _encode_pool(self, pool: list[dict]) -> Any:
         """``space.encode(pool)`` through a cache keyed by configuration: a fixed pool of tens of
-        thousands is encoded once per search, not at every ask."""
+        thousands is encoded once per search, not at every ask. With a ``cost_model`` the
+        rows go on with the log cost terms (the objective GP's input; the feasibility model
+        takes the space's columns)."""
         import torch
 
         keys = self._untried_keys if len(self._untried_keys) == len(pool) else \
@@ -331,6 +345,9 @@ class BayesianSearch(Searcher):
         new = [i for i, k in enumerate(keys) if k not in self._row_of]
         if new:
             rows = self.space.encode_array([pool[i] for i in new])
+            if self.cost_model is not None:  # the objective GP's input: + the log cost terms
+                costs = self.predictor._log_costs([pool[i] for i in new], "candidates")
+                rows = np.concatenate([rows, costs.numpy()], axis=1)
             start = len(self._rows)
             self._rows.extend(rows)
             for j, i in enumerate(new):
@@ -344,8 +361,9 @@ class BayesianSearch(Searcher):
             info: dict[str, Any]) -> list[dict]:
         import torch
 
-        X_base = self.space.encode(configs)
+        X_base = self.predictor._encode(configs, "configs")
         X_pool = self._encode_pool(pool)
+        n_space = self.space.encoded_bounds().shape[1]
         single = self.second_predictor is None
         keep = max(SCREEN_SIZE, 8 * n)
         mu_b = None
@@ -374,7 +392,7 @@ class BayesianSearch(Searcher):
             info["screened"] = keep
         log_w = torch.zeros(len(pool), dtype=X_pool.dtype)
         if self.feasibility_model is not None:
-            p = self.feasibility_model.predict_encoded(X_pool, len(pool),
+            p = self.feasibility_model.predict_encoded(X_pool[:, :n_space], len(pool),
                                                        memory_limit=self.memory_limit_gib)
             log_w = torch.as_tensor(np.log(np.clip(p, 1e-12, 1.0)), dtype=X_pool.dtype)
             info["p_feasible_of_picks"] = []
@@ -382,7 +400,7 @@ class BayesianSearch(Searcher):
                 top = torch.topk(score + log_w, keep).indices.sort().values
                 pool, X_pool, log_w = [pool[int(i)] for i in top], X_pool[top], log_w[top]
         pending = self.pending
-        X_pend = self.space.encode(pending) if pending else X_pool[:0]
+        X_pend = self.predictor._encode(pending, "pending") if pending else X_pool[:0]
         picks: list[int] = []
         acq_values: list[float] = []
         with torch.no_grad(), warnings.catch_warnings():

@@ -46,7 +46,8 @@ from ..errors import ConfigError
 from .base import Built, Knob, Workload
 from .parallel import World
 
-__all__ = ["FLOPS_CONVENTION", "KNOBS", "DLRMWorkload", "flops_per_step", "mlp_widths"]
+__all__ = ["FLOPS_CONVENTION", "KNOBS", "DLRMWorkload", "cost_terms", "flops_per_step",
+           "mlp_widths"]
 
 KNOBS: dict[str, Knob] = {
     "num_tables": Knob(default=8, type=int, low=1, doc="embedding tables (sparse features)"),
@@ -96,6 +97,28 @@ def flops_per_step(cfg: Mapping[str, Any], world_size: int = 1) -> float:
     if cfg["interaction"] == "dot":
         per_sample += 6 * (cfg["num_tables"] + 1) ** 2 * cfg["emb_dim"]
     return float(per_sample * cfg["batch_size"] * world_size)
+
+
+def cost_terms(cfg: Mapping[str, Any]) -> list[float]:
+    """Rough costs per sample of one training step, for a GP's analytical prior mean
+    (``GPPredictor(space, cost_model=...)``): a roofline-style sum whose weights the GP fits.
+
+    Returns ``[flops, lookups, table_updates, overhead]``, each per sample and in its own unit:
+    MLP and interaction FLOPs (:func:`flops_per_step`); embedding elements gathered (tables x
+    pooling x emb_dim); embedding elements the optimizer updates (dense gradients update every
+    row of every table once per step, shared by the batch; sparse ones only the rows looked
+    up); and per-step fixed costs shared by the batch. Threads and the optimizer's kind are
+    left to the GP's kernel.
+
+    Example:
+        >>> cfg = {k: knob.default for k, knob in KNOBS.items()}
+        >>> [round(t) for t in cost_terms(cfg)]
+        [644288, 2048, 10000, 0]
+    """
+    b, d, tables = cfg["batch_size"], cfg["emb_dim"], cfg["num_tables"]
+    lookups = tables * cfg["pooling"] * d
+    updates = lookups if cfg.get("sparse_grads") else tables * cfg["rows"] * d / b
+    return [flops_per_step(cfg) / b, float(lookups), float(updates), 1.0 / b]
 
 
 @lru_cache(maxsize=1)

@@ -45,7 +45,7 @@ from ..errors import ConfigError
 from .base import Built, Knob, Workload
 from .parallel import DEGREE_NAMES, World, resolve_degrees
 
-__all__ = ["FLOPS_CONVENTION", "GPT", "KNOBS", "GPTWorkload", "flops_per_step"]
+__all__ = ["FLOPS_CONVENTION", "GPT", "KNOBS", "GPTWorkload", "cost_terms", "flops_per_step"]
 
 KNOBS: dict[str, Knob] = {
     "d_model": Knob(default=128, type=int, low=1, unit="", doc="model width (hidden size)"),
@@ -91,6 +91,40 @@ def flops_per_step(cfg: Mapping[str, Any]) -> float:
     tokens = cfg["micro_batch"] * cfg["seq_len"] * cfg["grad_accum"]
     n_matmul = layers * (4 + 2 * cfg["mlp_ratio"]) * d * d + d * vocab
     return float(6 * n_matmul * tokens + 12 * layers * cfg["seq_len"] * d * tokens)
+
+
+def cost_terms(cfg: Mapping[str, Any]) -> list[float]:
+    """Rough costs per token of one training step, for a GP's analytical prior mean
+    (``GPPredictor(space, cost_model=...)``): a roofline-style sum whose weights the GP fits.
+
+    Returns ``[flops, weights, activations, overhead]``, each per token and in its own unit:
+    hardware FLOPs (:func:`flops_per_step` plus recomputation: a full block forward for
+    ``"full"``, the MLP forward for ``"selective"``); weight, gradient and optimizer-state
+    elements touched once per step (``N`` plus the input embedding, shared by the step's
+    tokens); activation elements written per layer (``(8 + mlp_ratio) * d_model``); and
+    per-micro-batch fixed costs (kernel launches, Python) shared by its tokens. Precision,
+    threads and fused kernels are left to the GP's kernel. ``cfg`` needs the model and batch
+    knobs (``d_model``, ``n_layers``, ``vocab``, ``seq_len``, ``mlp_ratio``, ``micro_batch``,
+    ``grad_accum``, ``recompute``).
+
+    Example:
+        >>> cfg = {k: knob.default for k, knob in KNOBS.items()}
+        >>> [round(t / 1e3, 1) for t in cost_terms(cfg)[:1]]
+        [4325.4]
+    """
+    d, layers, vocab, ratio = cfg["d_model"], cfg["n_layers"], cfg["vocab"], cfg["mlp_ratio"]
+    seq, micro = cfg["seq_len"], cfg["micro_batch"]
+    tokens_per_micro = micro * seq
+    tokens = tokens_per_micro * cfg["grad_accum"]
+    flops = flops_per_step(cfg) / tokens
+    if cfg.get("recompute") == "full":
+        flops *= 4 / 3  # one more forward: a third of forward + backward
+    elif cfg.get("recompute") == "selective":
+        flops += 4 * ratio * d * d * layers  # the MLPs' forward again
+    weights = (layers * (4 + 2 * ratio) * d * d + 2 * d * vocab) / tokens
+    activations = float(layers * (8 + ratio) * d)
+    overhead = (layers + 1) / tokens_per_micro
+    return [float(flops), float(weights), activations, float(overhead)]
 
 
 @lru_cache(maxsize=1)
