@@ -96,10 +96,11 @@ class Dataset:
         knobs: Names of the knob columns, equal to ``space.names``.
         source: One-line citation: where the numbers come from (repository, commit, file).
         notes: How the numbers were measured, how the table was built and its known flaws.
-        cost_model: The workload's analytical cost terms for a configuration of ``space``
-            (:func:`cubicml_lab.workloads.gpt.cost_terms` with the table's constant knobs
-            filled in), for ``GPPredictor(space, cost_model=...)``; None where the table's
-            knobs do not say enough (the public tables).
+        cost_model: Analytical cost terms of a configuration of ``space``, for
+            ``GPPredictor(space, cost_model=...)``: the sweeps' workload's (e.g.
+            :func:`cubicml_lab.workloads.gpt.cost_terms`, the table's constant knobs filled
+            in); ``mpt_llmfoundry``'s FLOPs, FSDP traffic and overhead per token; None where
+            the knobs do not say enough (the BLOOM and Lucie tables).
 
     Example:
         >>> ds = load("mpt_llmfoundry")
@@ -149,6 +150,8 @@ class _Public:
     notes: str
     objective: Callable[[pd.DataFrame], pd.Series] | None = None  # None: column already there
     order: Mapping[str, Sequence[Any]] = field(default_factory=dict)  # string knobs with an order
+    # builds the Dataset's cost_model from the loaded table (None: the table has none)
+    cost_model: Callable[[pd.DataFrame], Callable[[dict], list[float]]] | None = None
 
 
 _PUBLIC: dict[str, _Public] = {
@@ -234,6 +237,7 @@ _PUBLIC: dict[str, _Public] = {
               "runs are reported.",
         objective=lambda df: df["throughput_tok_s"] / df["n_gpus"],
         order={"model": ("125m", "350m", "760m", "1b", "3b", "7b", "13b", "30b", "70b")},
+        cost_model=lambda df: _MPTCost(df),
     ),
 }
 
@@ -304,7 +308,8 @@ def _load_public(name: str, spec: _Public, folder: Path) -> Dataset:
     objective = "tokens_per_s_per_gpu"
     if spec.objective is not None:
         df[objective] = spec.objective(df).astype("float64")
-    return _finish(name, df, list(spec.knobs), objective, spec.source, spec.notes, spec.order)
+    return _finish(name, df, list(spec.knobs), objective, spec.source, spec.notes, spec.order,
+                   cost_model=None if spec.cost_model is None else spec.cost_model(df))
 
 
 # ------------------------------------------------------------------------------- CPU sweeps
@@ -357,6 +362,43 @@ def _load_sweep(name: str, workload: str, path: Path) -> Dataset:
     constants = {k: _plain(df[k].iloc[0]) for k in config_keys if k not in knobs}
     return _finish(name, df, knobs, "throughput", source, notes, {},
                    cost_model=_SweepCost(workload, constants))
+
+
+#: (d_model, n_layers) of the MPT models, from llm-foundry's scripts/train/yamls/pretrain/mpt-*.yaml;
+#: with the table's n_params, 6 * n_params + 12 * n_layers * d_model * seq_len reproduces the
+#: source's model FLOPs per token (model_tflops_per_gpu / throughput) within 1% on every row.
+_MPT_SHAPES: dict[str, tuple[int, int]] = {
+    "125m": (768, 12), "350m": (1024, 24), "760m": (1536, 24), "1b": (2048, 24),
+    "3b": (2560, 32), "7b": (4096, 32), "13b": (5120, 40), "30b": (7168, 48), "70b": (8192, 80)}
+
+
+class _MPTCost:
+    """Cost terms per token and GPU of an llm-foundry (FSDP) configuration, for
+    ``GPPredictor(cost_model=...)``: ``[flops, fsdp, overhead]`` = hardware FLOPs (model FLOPs,
+    +1/3 with activation checkpointing; the parameters include the ``d_model x seq_len`` position
+    embeddings), parameters moved by FSDP per token (all-gathers and a
+    reduce-scatter per micro-batch: 3 x n_params with FULL_SHARD, 2 x with SHARD_GRAD_OP) and
+    per-micro-batch fixed costs (n_layers per micro-batch's tokens). GPU, precision and GPU
+    count are left to the GP's kernel."""
+
+    def __init__(self, df: pd.DataFrame) -> None:
+        # n_params = the model's weights + its learned position embeddings (d_model x seq_len)
+        first = df.groupby("model")[["n_params", "seq_len"]].first()
+        self.base = {str(m): int(r.n_params) - _MPT_SHAPES[str(m)][0] * int(r.seq_len)
+                     for m, r in first.iterrows()}
+
+    def __call__(self, config: Mapping[str, Any]) -> list[float]:
+        d, layers = _MPT_SHAPES[config["model"]]
+        seq = config["seq_len"]
+        n = self.base[config["model"]] + d * seq
+        flops = (6 * n + 12 * layers * d * seq) * (4 / 3 if config["activation_checkpointing"]
+                                                   else 1)
+        tokens = config["micro_batch"] * seq
+        passes = 3 if config["fsdp_sharding"] == "FULL_SHARD" else 2
+        return [float(flops), passes * n / tokens, layers / tokens]
+
+    def __repr__(self) -> str:
+        return "<cost terms of an MPT configuration (FLOPs, FSDP traffic, overhead per token)>"
 
 
 class _SweepCost:

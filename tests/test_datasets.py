@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -181,7 +182,19 @@ def test_sweep_parquet_from_a_real_store(tmp_path):
     config = ds.configs()[0]
     assert ds.cost_model(config) == cost_terms({**defaults, "d_model": 256, **config})
     assert ds.cost_model(config) != cost_terms({**defaults, **config})  # not the default 128
-    assert datasets.load("mpt_llmfoundry").cost_model is None
+    assert datasets.load("bigscience_tr11").cost_model is None
+
+
+def test_mpt_cost_model_reproduces_the_sources_model_flops():
+    ds = datasets.load("mpt_llmfoundry")
+    t = ds.table
+    source = t["model_tflops_per_gpu"] * 1e12 / t["throughput_tok_s_per_gpu"]  # FLOPs per token
+    ours = [ds.cost_model(c)[0] / (4 / 3 if c["activation_checkpointing"] else 1)
+            for c in ds.configs()]
+    np.testing.assert_allclose(ours, source, rtol=0.01)  # the source rounds to 3 digits
+    full, grad_op = ({**ds.configs()[0], "fsdp_sharding": s} for s in ("FULL_SHARD",
+                                                                     "SHARD_GRAD_OP"))
+    assert ds.cost_model(full)[1] == 1.5 * ds.cost_model(grad_op)[1]
 
 
 def test_sweep_parquet_in_raw_form_loads_the_same(tmp_path):
