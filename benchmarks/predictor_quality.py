@@ -210,7 +210,8 @@ def main() -> None:
                     gaps = [paired_gap(cells[(n, "random", gp_name)], cells[(n, "random", p)])
                             for p in rivals]
                     if all(np.isfinite(hi) and hi >= 0 for _, hi in gaps):
-                        verdict = f"MISSED on medians; the gap is within the 95% CI of {len(cells[(n, 'random', gp_name)])} draws"
+                        draws = len(cells[(n, "random", gp_name)])
+                        verdict = f"MISSED on medians; the gap is within the 95% CI of {draws} draws"
                 print(f"  target {gp_name} >= mlp, gbt at n={n}: {gp:.3f}, "
                       + ", ".join(f"{p} {v:.3f}" for p, v in rivals.items())
                       + f" -> {verdict}")
