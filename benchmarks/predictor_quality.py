@@ -211,7 +211,8 @@ def main() -> None:
                             for p in rivals]
                     if all(np.isfinite(hi) and hi >= 0 for _, hi in gaps):
                         draws = len(cells[(n, "random", gp_name)])
-                        verdict = f"MISSED on medians; the gap is within the 95% CI of {draws} draws"
+                        verdict = ("MISSED on medians; the gap is within the 95% CI of "
+                                   f"{draws} draws")
                 print(f"  target {gp_name} >= mlp, gbt at n={n}: {gp:.3f}, "
                       + ", ".join(f"{p} {v:.3f}" for p, v in rivals.items())
                       + f" -> {verdict}")
