@@ -130,12 +130,14 @@ def paired_gap(ours: list[dict], theirs: list[dict]) -> tuple[float, float]:
 
 def speed_check() -> None:
     """Fit + predict, 1,000 trials, 50,000 candidates, on the gpt sweep's space."""
-    space = datasets.load("gpt_cpu_sweep").space
+    ds = datasets.load("gpt_cpu_sweep")
+    space = ds.space
     train, cands = space.sample(1000, seed=1), space.sample(50_000, seed=2)
     rng = np.random.default_rng(0)
     y = [float(np.exp(0.3 * np.log2(c["micro_batch"]) - 0.2 * np.log2(c["n_layers"])
                       + rng.normal(0, 0.05))) for c in train]
     for name, make in (("gp", lambda: GPPredictor(space)),
+                       ("gp-cost", lambda: GPPredictor(space, cost_model=ds.cost_model)),
                        ("mlp", lambda: MLPPredictor(space, epochs=300))):
         t0 = time.perf_counter()
         pred = make().fit(train, y)
@@ -153,11 +155,15 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--no-mixed", action="store_true", help="leave out gp-mixed (slow)")
     parser.add_argument("--no-speed", action="store_true")
+    parser.add_argument("--speed-only", action="store_true", help="only the speed check")
     args = parser.parse_args()
     import torch
 
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; sizes {args.sizes}, "
           f"{args.repeats} draws each; median over draws")
+    if args.speed_only:
+        speed_check()
+        return
     for name in args.datasets or datasets.names():
         try:
             ds = datasets.load(name)

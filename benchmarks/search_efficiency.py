@@ -15,7 +15,9 @@ it records the best true value after every trial, and prints over seeds:
 * the targets of issue 5: BayesianSearch's median regret at 25 and 50 below RandomSearch's and
   TPE's, and where random search reaches 1 %, BayesianSearch in at most half its median trials.
 
-Searchers: ``bo`` (:class:`cubicml_lab.BayesianSearch`, defaults), ``random``
+Searchers: ``bo`` (:class:`cubicml_lab.BayesianSearch`, defaults), ``bo-cost`` (the same with
+the dataset's analytical cost model as the GP's prior mean, ``cost_model=ds.cost_model``; only
+on tables that have one: the CPU sweeps and ``mpt_llmfoundry``), ``random``
 (:class:`cubicml_lab.RandomSearch`), ``guided`` (:class:`cubicml_lab.PredictorGuidedSearch`, the
 CubicML paper's MLP-guided search) and ``tpe`` (Optuna's ``TPESampler``, a benchmark-only
 dependency). TPE proposes any combination of knob values; one that is not an untried table row
@@ -41,25 +43,32 @@ from collections import defaultdict
 import numpy as np
 
 LLM_MODEL = "llm_cluster_model"
-SEARCHERS = ("bo", "random", "guided", "tpe")
+SEARCHERS = ("bo", "bo-cost", "random", "guided", "tpe")
 CHECKPOINTS = (10, 25, 50)
+
+
+@functools.lru_cache(maxsize=None)
+def dataset(name: str):
+    from cubicml_lab import analytical, datasets
+
+    return analytical.llm_cluster_model() if name == LLM_MODEL else datasets.load(name)
 
 
 @functools.lru_cache(maxsize=None)
 def oracle(name: str):
     import cubicml_lab as cml
-    from cubicml_lab import analytical, datasets
 
-    ds = analytical.llm_cluster_model() if name == LLM_MODEL else datasets.load(name)
-    return cml.TableObjective.from_dataset(ds, reduce="first")
+    return cml.TableObjective.from_dataset(dataset(name), reduce="first")
 
 
-def make_searcher(kind: str, obj, seed: int):
+def make_searcher(kind: str, obj, seed: int, table: str):
     import cubicml_lab as cml
 
     args = dict(objective=obj.objective, candidates=obj.configs(), seed=seed)
     if kind == "bo":
         return cml.BayesianSearch(obj.space, **args)
+    if kind == "bo-cost":
+        return cml.BayesianSearch(obj.space, cost_model=dataset(table).cost_model, **args)
     if kind == "random":
         return cml.RandomSearch(obj.space, **args)
     if kind == "guided":
@@ -139,7 +148,7 @@ def replay(table: str, kind: str, seed: int, budget: int) -> dict:
     torch.set_num_threads(1)
     obj = oracle(table)
     t0 = time.perf_counter()
-    df = obj.replay(make_searcher(kind, obj, seed), budget)
+    df = obj.replay(make_searcher(kind, obj, seed, table), budget)
     return {"table": table, "searcher": kind, "seed": seed,
             "trace": df["best"].fillna(-math.inf).tolist(),
             "seconds": time.perf_counter() - t0}
@@ -183,19 +192,21 @@ def summarise(table: str, runs: dict[str, list[dict]], budget: int) -> dict:
         print(f"  {kind:<8} {cells[0]:>26} {cells[1]:>26} " + " ".join(f"{s:>14}" for s in regs)
               + f" {secs:>6.1f}")
         out[kind] = row
-    if "bo" in out:
+    for name in ("bo", "bo-cost"):
+        if name not in out:
+            continue
         for c in (25, 50):
             others = {k: out[k][f"regret{c}"] for k in ("random", "tpe") if k in out}
-            bo = out["bo"][f"regret{c}"]
+            bo = out[name][f"regret{c}"]
             verdict = ("met" if all(bo < v for v in others.values())
                        else "met or tied at 0 (all found the best)"
                        if all(bo < v or bo == v == 0 for v in others.values()) else "MISSED")
-            print(f"  target regret@{c}: bo {100 * bo:.2f}% vs "
+            print(f"  target regret@{c}: {name} {100 * bo:.2f}% vs "
                   + ", ".join(f"{k} {100 * v:.2f}%" for k, v in others.items())
                   + f" -> {verdict}")
         if "random" in out and out["random"]["to1"][1] > 0:
-            r_med, b_med = out["random"]["to1"][0], out["bo"]["to1"][0]
-            print(f"  target to-1%: bo median {b_med:.0f} vs random {r_med:.0f} (half: "
+            r_med, b_med = out["random"]["to1"][0], out[name]["to1"][0]
+            print(f"  target to-1%: {name} median {b_med:.0f} vs random {r_med:.0f} (half: "
                   f"{r_med / 2:.1f}) -> {'met' if b_med <= r_med / 2 else 'MISSED'}")
     return out
 
@@ -218,7 +229,8 @@ def main() -> None:
             usable.append(t)
         except Exception as err:  # noqa: BLE001 - a missing dataset file: say so, go on
             print(f"{t}: skipped ({type(err).__name__}: {str(err).splitlines()[0]})")
-    jobs = [(t, k, s) for t in usable for k in args.searchers for s in range(args.seeds)]
+    jobs = [(t, k, s) for t in usable for k in args.searchers for s in range(args.seeds)
+            if k != "bo-cost" or dataset(t).cost_model is not None]
     print(f"{len(jobs)} searches ({len(usable)} tables x {len(args.searchers)} searchers x "
           f"{args.seeds} seeds), budget {args.budget}, {args.jobs} processes")
     from tqdm.auto import tqdm
@@ -233,7 +245,7 @@ def main() -> None:
             results[r["table"]][r["searcher"]].append(r)
     for t in usable:
         summarise(t, {k: sorted(results[t][k], key=lambda r: r["seed"])
-                      for k in args.searchers}, args.budget)
+                      for k in args.searchers if results[t][k]}, args.budget)
     print(f"\n({time.perf_counter() - t0:.0f} s)")
 
 
