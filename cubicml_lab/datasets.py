@@ -99,8 +99,9 @@ class Dataset:
         cost_model: Analytical cost terms of a configuration of ``space``, for
             ``GPPredictor(space, cost_model=...)``: the sweeps' workload's (e.g.
             :func:`cubicml_lab.workloads.gpt.cost_terms`, the table's constant knobs filled
-            in); ``mpt_llmfoundry``'s FLOPs, FSDP traffic and overhead per token; None where
-            the knobs do not say enough (the BLOOM and Lucie tables).
+            in); ``mpt_llmfoundry``'s FLOPs, FSDP traffic and overhead per token; the Lucie
+            tables' compute, pipeline bubble, TP and DP traffic per token; None for BLOOM
+            (its model shape is blank on some rows).
 
     Example:
         >>> ds = load("mpt_llmfoundry")
@@ -190,6 +191,7 @@ _PUBLIC: dict[str, _Public] = {
                "c3b8b3a013a32d0a468cd5d6c7bf969a131590c6, "
                "chronicles/parallelism/logs/{z0,z1}/{b192,b512}/iterations/*.iterations "
                "(GPL-3.0; numbers only)",
+        cost_model=lambda df: _LucieCost(int(df["seq_len"].iloc[0])),
         notes="Lucie-7B (Llama-2-7B-like, bf16, seq 2048), Megatron-DeepSpeed on 1-16 Jean-Zay "
               "nodes of 8 A100-80GB. Each ~20-minute run logged every iteration; the objective "
               "(source column) is global_batch_seqs*seq_len / the median iteration time over "
@@ -210,6 +212,7 @@ _PUBLIC: dict[str, _Public] = {
                "c3b8b3a013a32d0a468cd5d6c7bf969a131590c6, "
                "chronicles/parallelism/scripts/expe_parallelism/expe_summary.csv "
                "(GPL-3.0; numbers only)",
+        cost_model=lambda df: _LucieCost(int(df["seq_len"].iloc[0])),
         notes="Lucie-7B (bf16, seq 4096, ZeRO-0), Megatron-DeepSpeed on 1-32 Jean-Zay nodes of "
               "8 A100-80GB. One summary row per run, statistic undocumented; objective = the "
               "source's tokens_per_s_per_gpu (derived from its reported throughput). The 32-node "
@@ -364,8 +367,8 @@ def _load_sweep(name: str, workload: str, path: Path) -> Dataset:
                    cost_model=_SweepCost(workload, constants))
 
 
-#: (d_model, n_layers) of the MPT models, from llm-foundry's scripts/train/yamls/pretrain/mpt-*.yaml;
-#: with the table's n_params, 6 * n_params + 12 * n_layers * d_model * seq_len reproduces the
+#: (d_model, n_layers) of the MPT models, from llm-foundry's
+#: scripts/train/yamls/pretrain/mpt-*.yaml; with the table's n_params, 6 * n_params + 12 * n_layers * d_model * seq_len reproduces the
 #: source's model FLOPs per token (model_tflops_per_gpu / throughput) within 1% on every row.
 _MPT_SHAPES: dict[str, tuple[int, int]] = {
     "125m": (768, 12), "350m": (1024, 24), "760m": (1536, 24), "1b": (2048, 24),
@@ -399,6 +402,38 @@ class _MPTCost:
 
     def __repr__(self) -> str:
         return "<cost terms of an MPT configuration (FLOPs, FSDP traffic, overhead per token)>"
+
+
+class _LucieCost:
+    """Cost terms per token and GPU of a Megatron-DeepSpeed layout of Lucie-7B (Llama-2-7B
+    shape: 32 layers, hidden 4096, MLP 11008), for ``GPPredictor(cost_model=...)``: ``[compute,
+    bubble, tp, dp]`` = hardware FLOPs per token (6N + 12 L h s, +1/3 with activation
+    recompute); the 1F1B pipeline bubble, ``compute * (pp - 1) / m`` with ``m`` the
+    micro-batches per step and pipeline (micro_batch 1 where the table has no such knob);
+    tensor-parallel activation all-reduces, ``L h (tp - 1) / tp``; and the data-parallel
+    gradient all-reduce per token and GPU, ``N / (tp pp) * (dp - 1) / dp * n_gpus / tokens``
+    per step. Zero where a kind of parallelism is off (tp, pp or dp = 1)."""
+
+    LAYERS, HIDDEN, MLP, VOCAB = 32, 4096, 11008, 32000
+
+    def __init__(self, seq_len: int) -> None:
+        self.seq_len = int(seq_len)
+
+    def __call__(self, config: Mapping[str, Any]) -> list[float]:
+        layers, h, s = self.LAYERS, self.HIDDEN, self.seq_len
+        n = layers * (4 * h * h + 3 * h * self.MLP) + 2 * config.get("vocab_size", self.VOCAB) * h
+        compute = (6 * n + 12 * layers * h * s) * (4 / 3 if config.get("activation_recompute")
+                                                   else 1)
+        tp, pp, gpus = config["tp"], config["pp"], config["n_gpus"]
+        dp = max(1, gpus // (tp * pp))
+        batch = config["global_batch_seqs"]
+        micro = max(1.0, batch / (config.get("micro_batch", 1) * dp))
+        return [float(compute), compute * (pp - 1) / micro, layers * h * (tp - 1) / tp,
+                n / (tp * pp) * (dp - 1) / dp * gpus / (batch * s)]
+
+    def __repr__(self) -> str:
+        return (f"<cost terms of a Lucie-7B Megatron-DeepSpeed layout, seq {self.seq_len} "
+                "(compute, pipeline bubble, TP and DP traffic per token)>")
 
 
 class _SweepCost:

@@ -197,6 +197,17 @@ def test_mpt_cost_model_reproduces_the_sources_model_flops():
     assert ds.cost_model(full)[1] == 1.5 * ds.cost_model(grad_op)[1]
 
 
+def test_lucie_cost_model_is_zero_where_a_parallelism_is_off():
+    ds = datasets.load("lucie7b_seq4k")
+    base = {**ds.configs()[0], "n_gpus": 32, "tp": 2, "pp": 2, "micro_batch": 1,
+            "global_batch_seqs": 256, "activation_recompute": 0}
+    compute, bubble, tp, dp = ds.cost_model(base)
+    assert bubble == pytest.approx(compute * 1 / (256 / 8))  # pp - 1 = 1, 32 micro-batches
+    assert ds.cost_model({**base, "pp": 1})[1] == 0 and ds.cost_model({**base, "tp": 1})[2] == 0
+    assert ds.cost_model({**base, "n_gpus": 4})[3] == 0  # dp = 1: no gradient all-reduce
+    assert ds.cost_model({**base, "activation_recompute": 1})[0] == pytest.approx(compute * 4 / 3)
+
+
 def test_sweep_parquet_in_raw_form_loads_the_same(tmp_path):
     (tmp_path / "tidy").mkdir()
     (tmp_path / "raw").mkdir()

@@ -471,9 +471,10 @@ def test_a_cost_model_mean_ranks_well_from_few_trials(space):
 
 
 @pytest.mark.parametrize("cost_model,match", [
-    (lambda c: [-1.0, 2.0], "positive finite"),
-    (lambda c: [float("nan")], "positive finite"),
-    (lambda c: [1.0] * (1 + c["layers"] % 2), "positive finite"),
+    (lambda c: [-1.0, 2.0], "finite number"),
+    (lambda c: [float("nan")], "finite number"),
+    (lambda c: [0.0, 0.0], "at least one > 0"),
+    (lambda c: [1.0] * (1 + c["layers"] % 2), "finite number"),
     (lambda c: c["no_such_knob"], "raised KeyError"),
 ])
 def test_a_bad_cost_model_is_named(space, split, cost_model, match):
@@ -481,6 +482,26 @@ def test_a_bad_cost_model_is_named(space, split, cost_model, match):
     with pytest.raises(PredictorError, match=match) as err:
         GPPredictor(space, cost_model=cost_model).fit(cfgs, [roofline(c) for c in cfgs])
     assert "cost_model" in str(err.value)
+
+
+def test_a_cost_term_that_is_zero_where_it_does_not_apply(space):
+    """Recompute costs a term only when it is on (0 otherwise): the mean skips the zeros."""
+    def truth(cfg):
+        extra = {"none": 0.0, "selective": 2.0, "full": 6.0}[cfg["recompute"]]
+        return 1e4 / (cfg["layers"] + 16.0 / cfg["micro_batch"] + extra)
+
+    def terms(cfg):
+        return [float(cfg["layers"]), 1.0 / cfg["micro_batch"],
+                {"none": 0.0, "selective": 1.0, "full": 3.0}[cfg["recompute"]]]
+
+    cfgs = space.enumerate()
+    order = np.random.default_rng(4).permutation(len(cfgs))
+    train, test = [cfgs[i] for i in order[:10]], [cfgs[i] for i in order[10:]]
+    assert any(terms(c)[2] == 0 for c in train) and any(terms(c)[2] > 0 for c in train)
+    pred = GPPredictor(space, cost_model=terms).fit(train, [truth(c) for c in train])
+    mean, _ = pred.predict(test)
+    assert np.isfinite(mean).all()
+    assert kendall_tau(mean, [truth(c) for c in test]) > 0.9
 
 
 def test_cost_model_settings_are_checked(space):

@@ -29,7 +29,7 @@ measurement's noise variance is taken as the median of the training ``train_Yvar
 
 Analytical prior mean (``cost_model``): with a function returning a configuration's cost terms
 ``t_1..t_k`` per unit of the objective (e.g. FLOPs, bytes of optimizer state and per-step overhead
-per token; positive, any scale), the GP's prior mean is ``b + c * log(sum_i exp(a_i) t_i)`` instead
+per token; >= 0, any scale), the GP's prior mean is ``b + c * log(sum_i exp(a_i) t_i)`` instead
 of a constant, with ``a_i``, ``b`` and ``c`` fitted with the kernel by maximum likelihood (the
 kernel then models what the cost model misses; its inputs are the space's columns only). It
 carries the physics of the workload to configurations far from the trials: on the shipped CPU
@@ -97,7 +97,8 @@ class GPPredictor(BasePredictor):
             conditions on every trial with them: the fit's cost stops growing with the cube of
             the history while predictions still use all of it.
         cost_model: Optional analytical prior mean (module doc): ``config -> cost terms`` per
-            unit of the objective, a positive number or a sequence of k positive numbers, the
+            unit of the objective, a number or a sequence of k numbers >= 0 (0 where a term
+            does not apply, e.g. pipeline bubbles without a pipeline; at least one > 0), the
             same k for every configuration. Needs ``categorical="onehot"``.
 
     Attributes:
@@ -161,13 +162,16 @@ class GPPredictor(BasePredictor):
                 raise PredictorError(f"cost_model({what}[{i}]) raised {type(err).__name__}: "
                                      f"{err}", hint=f"make cost_model accept {cfg!r:.120}") \
                     from None
-            bad = ~np.isfinite(terms) | (terms <= 0)
-            if terms.ndim != 1 or bad.any() or (rows and len(terms) != len(rows[0])):
+            bad = ~np.isfinite(terms) | (terms < 0)
+            if terms.ndim != 1 or bad.any() or not (terms > 0).any() \
+                    or (rows and len(terms) != len(rows[0])):
                 raise PredictorError(f"cost_model({what}[{i}]) = {terms.tolist()!r:.80} is not "
-                                     f"{len(rows[0]) if rows else 'a list of'} positive finite "
-                                     "number(s)", hint="return the same number of positive "
-                                     "cost terms for every configuration")
-            rows.append(np.log(terms))
+                                     f"{len(rows[0]) if rows else 'a list of'} finite "
+                                     "number(s) >= 0, at least one > 0",
+                                     hint="return the same number of cost terms for every "
+                                          "configuration (0 where a term does not apply)")
+            with np.errstate(divide="ignore"):
+                rows.append(np.log(terms))  # a zero term: -inf, which the mean's sum ignores
         out = torch.as_tensor(np.stack(rows), dtype=torch.float64)
         if self._n_terms and out.shape[1] != self._n_terms:
             raise PredictorError(f"cost_model returned {out.shape[1]} terms, the fit had "
@@ -247,7 +251,9 @@ class GPPredictor(BasePredictor):
         Y = torch.as_tensor(y_model, dtype=torch.float64).unsqueeze(-1)
         if self.cost_model is not None:
             self._n_terms = int(X.shape[1] - self.space.encoded_bounds().shape[1])
-            self._cost_shift = X[:, -self._n_terms:].mean(dim=0)
+            logs = X[:, -self._n_terms:]
+            finite = torch.isfinite(logs)  # a zero term (log = -inf) is left out of its mean
+            self._cost_shift = torch.where(finite, logs, 0.0).sum(0) / finite.sum(0).clamp_min(1)
         Yvar = None
         if noise is not None:
             rel = _as_float_array("noise", noise, len(configs))
