@@ -10,8 +10,9 @@ table instead. It prints, per dataset and n, the median over draws of Kendall ta
 
 * ``gp``: :class:`~cubicml_lab.surrogate.GPPredictor`, one-hot ARD kernel (the default);
 * ``gp-mixed``: the same with ``categorical="mixed"`` (only on tables with categorical knobs);
-* ``gp-cost`` (CPU sweeps): the GP with the workload's analytical cost model as its prior mean
-  (``GPPredictor(space, cost_model=ds.cost_model)``, :func:`cubicml_lab.workloads.gpt.cost_terms`);
+* ``gp-cost`` (every table with a cost model: all but BLOOM): the GP with the dataset's
+  analytical cost model as its prior mean (``GPPredictor(space, cost_model=ds.cost_model)``,
+  e.g. :func:`cubicml_lab.workloads.gpt.cost_terms`);
 * ``mlp``: :class:`~cubicml_lab.surrogate.MLPPredictor` (the CubicML paper's kind of model);
 * ``gp-noise`` (CPU sweeps): the GP given each trial's measured relative spread
   (``step_time_rel_ci``) as fixed observation noise instead of inferring one noise level;

@@ -17,7 +17,7 @@ it records the best true value after every trial, and prints over seeds:
 
 Searchers: ``bo`` (:class:`cubicml_lab.BayesianSearch`, defaults), ``bo-cost`` (the same with
 the dataset's analytical cost model as the GP's prior mean, ``cost_model=ds.cost_model``; only
-on tables that have one: the CPU sweeps and ``mpt_llmfoundry``), ``random``
+on tables that have one: all but BLOOM's), ``random``
 (:class:`cubicml_lab.RandomSearch`), ``guided`` (:class:`cubicml_lab.PredictorGuidedSearch`, the
 CubicML paper's MLP-guided search) and ``tpe`` (Optuna's ``TPESampler``, a benchmark-only
 dependency). TPE proposes any combination of knob values; one that is not an untried table row
