@@ -127,7 +127,7 @@ print("slowest:", configs[slowest], f"{y[slowest]:,.0f} samples/s")
 # Two repeat measurements of the same configurations agree only to tau 0.82 on this table. From
 # 10 trials the plain GP is barely better than guessing. The cost model carries what the
 # workload's arithmetic already tells us, and the kernel learns the rest. On `gpt_cpu_sweep` the
-# cost model helps at 10 trials (0.65 against 0.47) and no longer at 50 (0.80 against 0.81). On
+# cost model helps at 10 trials (0.73 against 0.47) and not at 50 (0.81 either way). On
 # MPT it lifts 10 trials from 0.47 to 0.94.
 #
 # Fitted on all 121 measured DLRM configurations, the weights say where a step's time goes on

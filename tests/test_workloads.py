@@ -272,3 +272,6 @@ def test_gpt_cost_terms_follow_recompute_and_batching():
     assert more[1] == pytest.approx(weights / 2)  # one optimizer step for twice the tokens
     assert more[2] == activations and more[3] == overhead  # per micro-batch: unchanged
     assert cost_terms({**cfg, "micro_batch": 2 * cfg["micro_batch"]})[3] == overhead / 2
+    one, two = cost_terms({**cfg, "threads": 1}), cost_terms({**cfg, "threads": 2})
+    assert two[0] == one[0] / 2 and two[2] == one[2] / 2  # threads split the FLOPs
+    assert two[1] == one[1] and two[3] == one[3]  # not the per-step costs

@@ -33,7 +33,7 @@ per token; >= 0, any scale), the GP's prior mean is ``b + c * log(sum_i exp(a_i)
 of a constant, with ``a_i``, ``b`` and ``c`` fitted with the kernel by maximum likelihood (the
 kernel then models what the cost model misses; its inputs are the space's columns only). It
 carries the physics of the workload to configurations far from the trials: on the shipped CPU
-sweeps it lifted the median Kendall tau at 10 trials from 0.47 to 0.65 (``gpt``) and from 0.11
+sweeps it lifted the median Kendall tau at 10 trials from 0.47 to 0.73 (``gpt``) and from 0.11
 to 0.64 (``dlrm``), and on the MPT table from 0.47 to 0.94
 (``benchmarks/predictor_quality.py``). See :func:`cubicml_lab.workloads.gpt.cost_terms`.
 
