@@ -368,7 +368,8 @@ def _load_sweep(name: str, workload: str, path: Path) -> Dataset:
 
 
 #: (d_model, n_layers) of the MPT models, from llm-foundry's
-#: scripts/train/yamls/pretrain/mpt-*.yaml; with the table's n_params, 6 * n_params + 12 * n_layers * d_model * seq_len reproduces the
+#: scripts/train/yamls/pretrain/mpt-*.yaml; with the table's n_params,
+#: 6 * n_params + 12 * n_layers * d_model * seq_len reproduces the
 #: source's model FLOPs per token (model_tflops_per_gpu / throughput) within 1% on every row.
 _MPT_SHAPES: dict[str, tuple[int, int]] = {
     "125m": (768, 12), "350m": (1024, 24), "760m": (1536, 24), "1b": (2048, 24),
@@ -441,12 +442,11 @@ class _SweepCost:
     workload's defaults) filled in."""
 
     def __init__(self, workload: str, constants: Mapping[str, Any]) -> None:
-        from .workloads import dlrm, gpt
+        from .workloads import dlrm, gpt, get
 
-        module = {"gpt": gpt, "dlrm": dlrm}[workload]
         self.workload = workload
-        self._terms = module.cost_terms
-        self._base = {**{k: knob.default for k, knob in module.KNOBS.items()}, **constants}
+        self._terms = {"gpt": gpt, "dlrm": dlrm}[workload].cost_terms
+        self._base = {**get(workload).default_config(), **constants}
 
     def __call__(self, config: Mapping[str, Any]) -> list[float]:
         return self._terms({**self._base, **config})

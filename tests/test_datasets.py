@@ -176,9 +176,10 @@ def test_sweep_parquet_from_a_real_store(tmp_path):
     assert {"d_model", "lr", "step_time_s", "hw.device", "campaign"} <= set(t.columns)
     assert "rows share their knob values" in ds.notes  # the repeat
     # the workload's cost model, the sweep's constant knobs (d_model) and defaults filled in
-    from cubicml_lab.workloads.gpt import KNOBS, cost_terms
+    from cubicml_lab.workloads import get
+    from cubicml_lab.workloads.gpt import cost_terms
 
-    defaults = {k: knob.default for k, knob in KNOBS.items()}
+    defaults = get("gpt").default_config()
     config = ds.configs()[0]
     assert ds.cost_model(config) == cost_terms({**defaults, "d_model": 256, **config})
     assert ds.cost_model(config) != cost_terms({**defaults, **config})  # not the default 128
