@@ -11,8 +11,10 @@ table instead. It prints, per dataset and n, the median over draws of Kendall ta
 * ``gp``: :class:`~cubicml_lab.surrogate.GPPredictor`, one-hot ARD kernel (the default);
 * ``gp-mixed``: the same with ``categorical="mixed"`` (only on tables with categorical knobs);
 * ``gp-cost`` (every table with a cost model: all but BLOOM): the GP with the dataset's
-  analytical cost model as its prior mean (``GPPredictor(space, cost_model=ds.cost_model)``,
-  e.g. :func:`cubicml_lab.workloads.gpt.cost_terms`);
+  analytical cost model as its prior mean and its derived kernel inputs where it has them
+  (``GPPredictor(space, cost_model=ds.cost_model, features=ds.features)``, e.g.
+  :func:`cubicml_lab.workloads.gpt.cost_terms` and
+  :func:`~cubicml_lab.workloads.gpt.shape_features`);
 * ``mlp``: :class:`~cubicml_lab.surrogate.MLPPredictor` (the CubicML paper's kind of model);
 * ``gp-noise`` (CPU sweeps): the GP given each trial's measured relative spread
   (``step_time_rel_ci``) as fixed observation noise instead of inferring one noise level;
@@ -74,7 +76,8 @@ def factories(ds: datasets.Dataset, with_mixed: bool) -> dict:
            "mlp": lambda: MLPPredictor(ds.space, epochs=300),
            "gbt": lambda: GBTPredictor(ds.space)}
     if ds.cost_model is not None:
-        out["gp-cost"] = lambda: GPPredictor(ds.space, cost_model=ds.cost_model)
+        out["gp-cost"] = lambda: GPPredictor(ds.space, cost_model=ds.cost_model,
+                                             features=ds.features)
     if with_mixed and any(p.kind == "choice" for p in ds.space.parameters):
         out["gp-mixed"] = lambda: GPPredictor(ds.space, categorical="mixed")
     return out
@@ -138,7 +141,8 @@ def speed_check() -> None:
     y = [float(np.exp(0.3 * np.log2(c["micro_batch"]) - 0.2 * np.log2(c["n_layers"])
                       + rng.normal(0, 0.05))) for c in train]
     for name, make in (("gp", lambda: GPPredictor(space)),
-                       ("gp-cost", lambda: GPPredictor(space, cost_model=ds.cost_model)),
+                       ("gp-cost", lambda: GPPredictor(space, cost_model=ds.cost_model,
+                                                       features=ds.features)),
                        ("mlp", lambda: MLPPredictor(space, epochs=300))):
         t0 = time.perf_counter()
         pred = make().fit(train, y)

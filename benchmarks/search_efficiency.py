@@ -16,8 +16,9 @@ it records the best true value after every trial, and prints over seeds:
   TPE's, and where random search reaches 1 %, BayesianSearch in at most half its median trials.
 
 Searchers: ``bo`` (:class:`cubicml_lab.BayesianSearch`, defaults), ``bo-cost`` (the same with
-the dataset's analytical cost model as the GP's prior mean, ``cost_model=ds.cost_model``; only
-on tables that have one: all but BLOOM's), ``random``
+the dataset's analytical cost model as the GP's prior mean, ``cost_model=ds.cost_model``, and
+its derived kernel inputs, ``features=ds.features``; only on tables with a cost model: all but
+BLOOM's), ``random``
 (:class:`cubicml_lab.RandomSearch`), ``guided`` (:class:`cubicml_lab.PredictorGuidedSearch`, the
 CubicML paper's MLP-guided search) and ``tpe`` (Optuna's ``TPESampler``, a benchmark-only
 dependency). TPE proposes any combination of knob values; one that is not an untried table row
@@ -68,7 +69,9 @@ def make_searcher(kind: str, obj, seed: int, table: str):
     if kind == "bo":
         return cml.BayesianSearch(obj.space, **args)
     if kind == "bo-cost":
-        return cml.BayesianSearch(obj.space, cost_model=dataset(table).cost_model, **args)
+        ds = dataset(table)
+        return cml.BayesianSearch(obj.space, cost_model=ds.cost_model, features=ds.features,
+                                  **args)
     if kind == "random":
         return cml.RandomSearch(obj.space, **args)
     if kind == "guided":

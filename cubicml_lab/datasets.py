@@ -102,6 +102,8 @@ class Dataset:
             in); ``mpt_llmfoundry``'s FLOPs, FSDP traffic and overhead per token; the Lucie
             tables' compute, pipeline bubble, TP and DP traffic per token; None for BLOOM
             (its model shape is blank on some rows).
+        features: Derived inputs for the GP's kernel (``GPPredictor(space, features=...)``):
+            :func:`cubicml_lab.workloads.gpt.shape_features` on the gpt sweep, None elsewhere.
 
     Example:
         >>> ds = load("mpt_llmfoundry")
@@ -118,6 +120,7 @@ class Dataset:
     source: str
     notes: str
     cost_model: Callable[[dict], list[float]] | None = None
+    features: Callable[[dict], list[float]] | None = None
 
     def __repr__(self) -> str:
         counts = self.table["status"].value_counts().to_dict()
@@ -364,7 +367,9 @@ def _load_sweep(name: str, workload: str, path: Path) -> Dataset:
               f"data/{path.name}")
     constants = {k: _plain(df[k].iloc[0]) for k in config_keys if k not in knobs}
     return _finish(name, df, knobs, "throughput", source, notes, {},
-                   cost_model=_SweepCost(workload, constants))
+                   cost_model=_SweepCost(workload, constants),
+                   features=_SweepCost(workload, constants, "shape_features")
+                   if workload == "gpt" else None)
 
 
 #: (d_model, n_layers) of the MPT models, from llm-foundry's
@@ -438,21 +443,22 @@ class _LucieCost:
 
 
 class _SweepCost:
-    """``config -> cost_terms`` of a sweep's workload, the sweep's constant knobs (and the
-    workload's defaults) filled in."""
+    """``config -> fn(config)`` for a function of a sweep's workload module (``cost_terms``,
+    ``shape_features``), the sweep's constant knobs (and the workload's defaults) filled in."""
 
-    def __init__(self, workload: str, constants: Mapping[str, Any]) -> None:
+    def __init__(self, workload: str, constants: Mapping[str, Any],
+                 fn: str = "cost_terms") -> None:
         from .workloads import dlrm, gpt, get
 
-        self.workload = workload
-        self._terms = {"gpt": gpt, "dlrm": dlrm}[workload].cost_terms
+        self.workload, self.fn = workload, fn
+        self._terms = getattr({"gpt": gpt, "dlrm": dlrm}[workload], fn)
         self._base = {**get(workload).default_config(), **constants}
 
     def __call__(self, config: Mapping[str, Any]) -> list[float]:
         return self._terms({**self._base, **config})
 
     def __repr__(self) -> str:
-        return f"<cost_terms of the {self.workload!r} workload>"
+        return f"<{self.fn} of the {self.workload!r} workload>"
 
 
 def _expand_raw(pd: Any, df: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
@@ -503,7 +509,8 @@ def _tidy_config_columns(df: pd.DataFrame, path: Path) -> list[str]:
 # ------------------------------------------------------------------------------- shared steps
 def _finish(name: str, df: pd.DataFrame, knobs: list[str], objective: str, source: str,
             notes: str, order: Mapping[str, Sequence[Any]],
-            cost_model: Callable[[dict], list[float]] | None = None) -> Dataset:
+            cost_model: Callable[[dict], list[float]] | None = None,
+            features: Callable[[dict], list[float]] | None = None) -> Dataset:
     """Normalise status, fill blank knob cells, build the space and order the columns."""
     df = df.copy()
     df["status"] = _status(df, objective)
@@ -521,7 +528,7 @@ def _finish(name: str, df: pd.DataFrame, knobs: list[str], objective: str, sourc
     first = [*knobs, objective, "status"]
     df = df[first + [c for c in df.columns if c not in first]].reset_index(drop=True)
     return Dataset(name=name, space=space, table=df, objective=objective, knobs=list(space.names),
-                   source=source, notes=notes, cost_model=cost_model)
+                   source=source, notes=notes, cost_model=cost_model, features=features)
 
 
 def _status(df: pd.DataFrame, objective: str) -> pd.Series:

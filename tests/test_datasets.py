@@ -184,6 +184,12 @@ def test_sweep_parquet_from_a_real_store(tmp_path):
     assert ds.cost_model(config) == cost_terms({**defaults, "d_model": 256, **config})
     assert ds.cost_model(config) != cost_terms({**defaults, **config})  # not the default 128
     assert datasets.load("bigscience_tr11").cost_model is None
+    # and its shape features for the GP's kernel, the same constants filled in
+    from cubicml_lab.workloads.gpt import shape_features
+
+    assert ds.features(config) == shape_features({**defaults, "d_model": 256, **config})
+    assert ds.features(config)[1] == 256 * ds.features(config)[0]
+    assert datasets.load("mpt_llmfoundry").features is None
 
 
 def test_mpt_cost_model_reproduces_the_sources_model_flops():

@@ -227,21 +227,23 @@ def test_replay_costs_a_trial_per_oom_and_tracks_regret(bloom):
 
 
 @pytest.mark.slow
-def test_bayesian_search_with_the_sweeps_cost_model_replays_a_table():
+@pytest.mark.parametrize("table", ["dlrm_cpu_sweep", "gpt_cpu_sweep"])
+def test_bayesian_search_with_the_sweeps_cost_model_replays_a_table(table):
     from cubicml_lab.search import BayesianSearch
 
-    ds = datasets.load("dlrm_cpu_sweep")
+    ds = datasets.load(table)  # gpt's also has shape features
     obj = TableObjective.from_dataset(ds)
     search = BayesianSearch(obj.space, objective=obj.objective, candidates=obj.configs(),
-                            seed=0, n_init=6, cost_model=ds.cost_model)
+                            seed=0, n_init=6, cost_model=ds.cost_model, features=ds.features)
     for _ in range(9):
         [config] = search.ask()
         result = obj(config)
         search.tell(config, result.values, status=result.status)
     assert search.last_ask_info["phase"] == "bo", search.last_ask_info["reason"]
     assert search.predictor.cost_model is ds.cost_model
+    assert search.predictor.features is ds.features
     assert search.n_told == 9 and len({obj.space.key(h["config"]) for h in search.history}) == 9
     with pytest.raises(SearchError, match="second_objective"):
-        BayesianSearch(obj.space, cost_model=ds.cost_model, second_objective="peak_mem_gib")
+        BayesianSearch(obj.space, features=ds.cost_model, second_objective="peak_mem_gib")
     with pytest.raises(SearchError, match="not callable"):
         BayesianSearch(obj.space, cost_model="flops")

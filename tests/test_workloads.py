@@ -275,3 +275,16 @@ def test_gpt_cost_terms_follow_recompute_and_batching():
     one, two = cost_terms({**cfg, "threads": 1}), cost_terms({**cfg, "threads": 2})
     assert two[0] == one[0] / 2 and two[2] == one[2] / 2  # threads split the FLOPs
     assert two[1] == one[1] and two[3] == one[3]  # not the per-step costs
+
+
+def test_gpt_shape_features_are_the_micro_batch_gemm_sizes():
+    from cubicml_lab.workloads.gpt import shape_features
+
+    cfg = get("gpt").resolve(TINY)
+    tokens, hidden, logits, scores = shape_features(cfg)
+    assert tokens == cfg["micro_batch"] * cfg["seq_len"]
+    assert (hidden, logits) == (tokens * cfg["d_model"], tokens * cfg["vocab"])
+    assert scores == 1 + cfg["seq_len"] * cfg["n_heads"] * cfg["n_layers"]
+    longer = shape_features({**cfg, "seq_len": 2 * cfg["seq_len"],
+                             "grad_accum": 2 * cfg["grad_accum"]})
+    assert longer[0] == 2 * tokens and longer[3] == 2 * scores - 1  # grad_accum: unchanged

@@ -104,6 +104,8 @@ class BayesianSearch(Searcher):
         cost_model: An analytical cost model for the objective GP's prior mean
             (``GPPredictor(cost_model=...)``, e.g. ``Dataset.cost_model`` or a function calling
             :func:`cubicml_lab.workloads.gpt.cost_terms`): better guesses from the first trials.
+        features: Derived inputs for the objective GP's kernel (``GPPredictor(features=...)``,
+            e.g. ``Dataset.features`` or :func:`cubicml_lab.workloads.gpt.shape_features`).
 
     Attributes:
         last_ask_info: What the last proposing ask did: ``phase`` ("initial", "bo" or
@@ -135,7 +137,8 @@ class BayesianSearch(Searcher):
                  second_objective: str | None = None, second_direction: str = "minimize",
                  stop_threshold: float = 0.005, stop_patience: int = 3,
                  noise_metric: str | None = None,
-                 cost_model: Callable[[dict], Any] | None = None) -> None:
+                 cost_model: Callable[[dict], Any] | None = None,
+                 features: Callable[[dict], Any] | None = None) -> None:
         super().__init__(space, objective, direction, candidates, seed,
                          num_candidates=num_candidates)
         if n_init is None:
@@ -152,9 +155,13 @@ class BayesianSearch(Searcher):
         if second_direction not in ("maximize", "minimize"):
             raise SearchError(f"second_direction = {second_direction!r} is not 'maximize' or "
                               "'minimize'", hint="peak memory is minimised: 'minimize'")
-        if second_objective is not None and cost_model is not None:
-            raise SearchError("cost_model works with one objective, not with second_objective",
-                              hint="drop one of them")
+        for name, fn in (("cost_model", cost_model), ("features", features)):
+            if second_objective is not None and fn is not None:
+                raise SearchError(f"{name} works with one objective, not with second_objective",
+                                  hint="drop one of them")
+            if fn is not None and not callable(fn):
+                raise SearchError(f"{name} = {fn!r:.60} is not callable",
+                                  hint="pass a function config -> list of numbers, or None")
         if second_objective is not None and second_objective == objective:
             raise SearchError(f"second_objective = {second_objective!r} is the objective itself",
                               hint="name another metric, e.g. 'peak_mem_gib'")
@@ -171,10 +178,8 @@ class BayesianSearch(Searcher):
         self.stop_threshold = float(stop_threshold)
         self.stop_patience = stop_patience
         self.noise_metric = noise_metric
-        if cost_model is not None and not callable(cost_model):
-            raise SearchError(f"cost_model = {cost_model!r:.60} is not callable",
-                              hint="pass a function config -> cost terms, or None")
         self.cost_model = cost_model
+        self.features = features
         self.last_ask_info: dict[str, Any] = {}
         self.predictor: Any = None
         self.second_predictor: Any = None
@@ -247,7 +252,8 @@ class BayesianSearch(Searcher):
 
         def make(s: int) -> Any:
             return GPPredictor(self.space, metric, log_objective=self.log_objective, seed=s,
-                               cost_model=self.cost_model if metric == self.objective else None)
+                               cost_model=self.cost_model if metric == self.objective else None,
+                               features=self.features if metric == self.objective else None)
 
         anchor_seed = int(np.random.default_rng([self.seed, m, 7]).integers(2**31 - 1))
         cached = self._anchors.get(metric)
@@ -335,9 +341,9 @@ class BayesianSearch(Searcher):
 
     def _encode_pool(self, pool: list[dict]) -> Any:
         """``space.encode(pool)`` through a cache keyed by configuration: a fixed pool of tens of
-        thousands is encoded once per search, not at every ask. With a ``cost_model`` the
-        rows go on with the log cost terms (the objective GP's input; the feasibility model
-        takes the space's columns)."""
+        thousands is encoded once per search, not at every ask. With a ``cost_model`` or
+        ``features`` the rows go on with their logs (the objective GP's input; the feasibility
+        model takes the space's columns)."""
         import torch
 
         keys = self._untried_keys if len(self._untried_keys) == len(pool) else \
@@ -345,9 +351,9 @@ class BayesianSearch(Searcher):
         new = [i for i, k in enumerate(keys) if k not in self._row_of]
         if new:
             rows = self.space.encode_array([pool[i] for i in new])
-            if self.cost_model is not None:  # the objective GP's input: + the log cost terms
-                costs = self.predictor._log_costs([pool[i] for i in new], "candidates")
-                rows = np.concatenate([rows, costs.numpy()], axis=1)
+            if self.cost_model is not None or self.features is not None:  # the objective GP's
+                extra = self.predictor._extra_columns([pool[i] for i in new], "candidates")
+                rows = np.concatenate([rows, extra.numpy()], axis=1)  # input: + derived columns
             start = len(self._rows)
             self._rows.extend(rows)
             for j, i in enumerate(new):

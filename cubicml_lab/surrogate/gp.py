@@ -31,11 +31,21 @@ Analytical prior mean (``cost_model``): with a function returning a configuratio
 ``t_1..t_k`` per unit of the objective (e.g. FLOPs, bytes of optimizer state and per-step overhead
 per token; >= 0, any scale), the GP's prior mean is ``b + c * log(sum_i exp(a_i) t_i)`` instead
 of a constant, with ``a_i``, ``b`` and ``c`` fitted with the kernel by maximum likelihood (the
-kernel then models what the cost model misses; its inputs are the space's columns only). It
-carries the physics of the workload to configurations far from the trials: on the shipped CPU
-sweeps it lifted the median Kendall tau at 10 trials from 0.47 to 0.73 (``gpt``) and from 0.11
-to 0.64 (``dlrm``), and on the MPT table from 0.47 to 0.94
-(``benchmarks/predictor_quality.py``). See :func:`cubicml_lab.workloads.gpt.cost_terms`.
+kernel then models what the cost model misses). It carries the physics of the workload to
+configurations far from the trials: on the shipped CPU sweeps it lifted the median Kendall tau
+at 10 trials from 0.47 to 0.73 (``gpt``) and from 0.11 to 0.64 (``dlrm``), and on the MPT table
+from 0.47 to 0.94 (``benchmarks/predictor_quality.py``). See
+:func:`cubicml_lab.workloads.gpt.cost_terms`.
+
+Derived inputs (``features``, and the cost terms): with either, the kernel is a Matern-5/2 with
+BoTorch's dimension-scaled lengthscale prior over the space's columns, then the logs of the
+``features`` (positive sizes that set a kernel's efficiency, e.g. the GEMMs' row count
+``micro_batch * seq_len``: :func:`cubicml_lab.workloads.gpt.shape_features`), then the log cost
+terms, each normalised to the range the fit saw (a zero cost term sits one range below it). A
+smooth effect of a product of knobs is then a function of one input, which a product kernel
+over the knobs learns only from many more trials. On the gpt sweep at 50 trials (10 draws) the
+cost model's GP ranked at a median Kendall tau of 0.815 with an RBF kernel over the knobs, 0.822
+with the Matern kernel, 0.834 with the cost terms in it, and 0.852 with the shape features too.
 
 Example:
     >>> from cubicml_lab.space import Space, PowerOfTwo
@@ -89,9 +99,9 @@ class GPPredictor(BasePredictor):
         log_objective: Model ``log(y)`` (default; needs positive values) instead of ``y``.
         seed: Seed of torch's generator for the hyperparameter fit (fits are deterministic).
         categorical: How ``Choice`` parameters enter the kernel: ``"onehot"`` (default; one
-            column per value, each with its own ARD lengthscale in the Matern-5/2 kernel) or
-            ``"mixed"`` (BoTorch ``MixedSingleTaskGP``: one index column per parameter under a
-            categorical kernel, combined with the Matern kernel of the other columns).
+            column per value, each with its own ARD lengthscale in BoTorch's default RBF
+            kernel) or ``"mixed"`` (BoTorch ``MixedSingleTaskGP``: one index column per
+            parameter under a categorical kernel, combined with the kernel of the other columns).
             ``benchmarks/predictor_quality.py`` compares the two on the shipped datasets.
         max_fit_points: With more trials than this, the kernel's hyperparameters are fitted
             (type-II maximum likelihood) on a seeded random subset of this many, and the GP then
@@ -101,6 +111,9 @@ class GPPredictor(BasePredictor):
             unit of the objective, a number or a sequence of k numbers >= 0 (0 where a term
             does not apply, e.g. pipeline bubbles without a pipeline; at least one > 0), the
             same k for every configuration. Needs ``categorical="onehot"``.
+        features: Optional derived inputs for the kernel (module doc): ``config -> numbers``
+            > 0, the same count for every configuration, e.g.
+            :func:`cubicml_lab.workloads.gpt.shape_features`. Needs ``categorical="onehot"``.
 
     Attributes:
         point_estimate: ``"median"`` with ``log_objective`` (``predict`` returns ``exp(mu)``),
@@ -113,7 +126,8 @@ class GPPredictor(BasePredictor):
 
     def __init__(self, space: Space, objective: str = "throughput", *, log_objective: bool = True,
                  seed: int = 0, categorical: str = "onehot", max_fit_points: int = 400,
-                 cost_model: Callable[[dict], Any] | None = None) -> None:
+                 cost_model: Callable[[dict], Any] | None = None,
+                 features: Callable[[dict], Any] | None = None) -> None:
         if categorical not in ("onehot", "mixed"):
             raise PredictorError(f"categorical = {categorical!r} is not 'onehot' or 'mixed'",
                                  hint="'onehot' (ARD over one-hot columns) or 'mixed' "
@@ -128,11 +142,19 @@ class GPPredictor(BasePredictor):
             raise PredictorError(f"cost_model = {cost_model!r:.60} is not callable",
                                  hint="pass a function config -> cost terms, e.g. "
                                       "cubicml_lab.workloads.gpt.cost_terms")
-        if cost_model is not None and categorical != "onehot":
-            raise PredictorError("cost_model needs categorical='onehot'",
-                                 hint="drop categorical='mixed' or the cost model")
+        if features is not None and not callable(features):
+            raise PredictorError(f"features = {features!r:.60} is not callable",
+                                 hint="pass a function config -> positive numbers, e.g. "
+                                      "cubicml_lab.workloads.gpt.shape_features")
+        for name, fn in (("cost_model", cost_model), ("features", features)):
+            if fn is not None and categorical != "onehot":
+                raise PredictorError(f"{name} needs categorical='onehot'",
+                                     hint=f"drop categorical='mixed' or {name}")
         self.cost_model = cost_model
-        self._n_terms = 0  # cost terms per configuration (columns appended to the encoding)
+        self.features = features
+        self._n_feats = 0  # derived features per configuration (kernel columns)
+        self._n_terms = 0  # cost terms per configuration (kernel columns, then the mean's)
+        self._extra_bounds: torch.Tensor | None = None  # kernel bounds of the derived columns
         self._cost_shift: torch.Tensor | None = None  # mean log term of the fit's trials
         self._fixed_noise = False
         self._factor: tuple | None = None
@@ -145,38 +167,59 @@ class GPPredictor(BasePredictor):
     # -- input checks ---------------------------------------------------------------------------
     def _encode(self, configs: Sequence[dict], what: str) -> torch.Tensor:
         X = super()._encode(configs, what)
-        if self.cost_model is not None:
+        if self.cost_model is not None or self.features is not None:
             import torch
 
-            return torch.cat([X, self._log_costs(list(configs), what)], dim=1)
+            return torch.cat([X, self._extra_columns(list(configs), what)], dim=1)
         return X if self._cat_blocks() == [] else _one_hot_to_index(X, self._cat_blocks())
 
-    def _log_costs(self, configs: list[dict], what: str) -> torch.Tensor:
-        """log of ``cost_model(config)`` for each config, shape (n, k), checked."""
+    def _extra_columns(self, configs: list[dict], what: str) -> torch.Tensor:
+        """The columns after the space's: the log ``features`` and the log cost terms (the
+        kernel's inputs), then the log cost terms again (the mean's input), shape
+        (n, f + 2 k). Kept apart because the kernel sees its columns normalised."""
         import torch
 
+        parts = []
+        if self.features is not None:
+            parts.append(self._logs("features", self.features, configs, what, self._n_feats))
+        if self.cost_model is not None:
+            costs = self._logs("cost_model", self.cost_model, configs, what, self._n_terms)
+            parts += [costs, costs]
+        return torch.cat(parts, dim=1)
+
+    @staticmethod
+    def _logs(name: str, fn: Callable[[dict], Any], configs: list[dict], what: str,
+              expected: int) -> torch.Tensor:
+        """log of ``fn(config)`` for each config, shape (n, k), checked: ``features`` must be
+        > 0, ``cost_model`` terms >= 0 with at least one > 0 (a zero term's log, -inf, is
+        left out of the mean's sum and put below the smallest value in the kernel)."""
+        import torch
+
+        positive = name == "features"
         rows = []
         for i, cfg in enumerate(configs):
             try:
-                terms = np.atleast_1d(np.asarray(self.cost_model(dict(cfg)), dtype=np.float64))
+                terms = np.atleast_1d(np.asarray(fn(dict(cfg)), dtype=np.float64))
             except Exception as err:  # noqa: BLE001 - a user's function: report any failure
-                raise PredictorError(f"cost_model({what}[{i}]) raised {type(err).__name__}: "
-                                     f"{err}", hint=f"make cost_model accept {cfg!r:.120}") \
+                raise PredictorError(f"{name}({what}[{i}]) raised {type(err).__name__}: "
+                                     f"{err}", hint=f"make {name} accept {cfg!r:.120}") \
                     from None
-            bad = ~np.isfinite(terms) | (terms < 0)
+            bad = ~np.isfinite(terms) | (terms <= 0 if positive else terms < 0)
             if terms.ndim != 1 or bad.any() or not (terms > 0).any() \
                     or (rows and len(terms) != len(rows[0])):
-                raise PredictorError(f"cost_model({what}[{i}]) = {terms.tolist()!r:.80} is not "
+                rule = "> 0" if positive else ">= 0, at least one > 0"
+                raise PredictorError(f"{name}({what}[{i}]) = {terms.tolist()!r:.80} is not "
                                      f"{len(rows[0]) if rows else 'a list of'} finite "
-                                     "number(s) >= 0, at least one > 0",
-                                     hint="return the same number of cost terms for every "
-                                          "configuration (0 where a term does not apply)")
+                                     f"number(s) {rule}",
+                                     hint="return the same number of values for every "
+                                          "configuration" + ("" if positive else
+                                                             " (0 where a term does not apply)"))
             with np.errstate(divide="ignore"):
-                rows.append(np.log(terms))  # a zero term: -inf, which the mean's sum ignores
+                rows.append(np.log(terms))
         out = torch.as_tensor(np.stack(rows), dtype=torch.float64)
-        if self._n_terms and out.shape[1] != self._n_terms:
-            raise PredictorError(f"cost_model returned {out.shape[1]} terms, the fit had "
-                                 f"{self._n_terms}", hint="return the same number of terms")
+        if expected and out.shape[1] != expected:
+            raise PredictorError(f"{name} returned {out.shape[1]} values, the fit had "
+                                 f"{expected}", hint="return the same number of values")
         return out
 
     def _cat_blocks(self) -> list[tuple[int, int]]:
@@ -204,7 +247,9 @@ class GPPredictor(BasePredictor):
                 bounds[0, col], bounds[1, col] = 0.0, float(width - 1)
         flat = bounds[1] <= bounds[0]  # a one-value parameter: avoid a zero range
         bounds[1] = torch.where(flat, bounds[0] + 1.0, bounds[1])
-        if self._n_terms:  # the log cost terms pass through un-normalised (see _build)
+        if self._extra_bounds is not None:  # the kernel's derived columns: the fit's range
+            bounds = torch.cat([bounds, self._extra_bounds], dim=1)
+        if self._n_terms:  # the mean's log cost terms pass through un-normalised (see _build)
             extra = torch.tensor([[0.0], [1.0]], dtype=torch.float64).expand(2, self._n_terms)
             bounds = torch.cat([bounds, extra], dim=1)
         return bounds
@@ -244,17 +289,16 @@ class GPPredictor(BasePredictor):
         if len(configs) < 2:
             raise PredictorError(f"need at least 2 trials to fit a GP, got {len(configs)}",
                                  hint="measure more configurations first")
+        self._n_feats = self._n_terms = 0  # a refit may change them
+        self._extra_bounds = None
         X = self._encode(configs, "configs")
         if len(torch.unique(X, dim=0)) < 2:
             raise PredictorError(f"all {len(configs)} trials have the same configuration",
                                  hint="measure at least 2 distinct configurations")
         y_model = self._to_model_units(y)
         Y = torch.as_tensor(y_model, dtype=torch.float64).unsqueeze(-1)
-        if self.cost_model is not None:
-            self._n_terms = int(X.shape[1] - self.space.encoded_bounds().shape[1])
-            logs = X[:, -self._n_terms:]
-            finite = torch.isfinite(logs)  # a zero term (log = -inf) is left out of its mean
-            self._cost_shift = torch.where(finite, logs, 0.0).sum(0) / finite.sum(0).clamp_min(1)
+        if self.cost_model is not None or self.features is not None:
+            self._set_extra_shapes(X, configs[0])
         Yvar = None
         if noise is not None:
             rel = _as_float_array("noise", noise, len(configs))
@@ -304,6 +348,27 @@ class GPPredictor(BasePredictor):
         self.fit_seconds = time.perf_counter() - t0
         return self
 
+    def _set_extra_shapes(self, X: torch.Tensor, first: dict) -> None:
+        """From the training inputs: how many features and cost terms, the kernel's bounds of
+        their log columns (finite min and max) and the mean's centring of the cost terms."""
+        import torch
+
+        n_space = self.space.encoded_bounds().shape[1]
+        self._n_feats = 0 if self.features is None else \
+            self._logs("features", self.features, [first], "configs", 0).shape[1]
+        self._n_terms = (X.shape[1] - n_space - self._n_feats) // 2
+        kernel_cols = X[:, n_space:n_space + self._n_feats + self._n_terms]
+        finite = torch.isfinite(kernel_cols)
+        lo = torch.where(finite, kernel_cols, torch.inf).min(0).values
+        hi = torch.where(finite, kernel_cols, -torch.inf).max(0).values
+        lo = torch.where(torch.isfinite(lo), lo, 0.0)  # a term that is 0 on every trial
+        hi = torch.where(hi > lo, hi, lo + 1.0)
+        self._extra_bounds = torch.stack([lo, hi])
+        if self._n_terms:
+            logs = X[:, -self._n_terms:]
+            finite = torch.isfinite(logs)  # a zero term (log = -inf) is left out of its mean
+            self._cost_shift = torch.where(finite, logs, 0.0).sum(0) / finite.sum(0).clamp_min(1)
+
     def _build(self, X: torch.Tensor, Y: torch.Tensor, Yvar: torch.Tensor | None,
                bounds: torch.Tensor) -> Any:
         """An unfitted BoTorch model of (X, Y): MixedSingleTaskGP or SingleTaskGP."""
@@ -311,8 +376,8 @@ class GPPredictor(BasePredictor):
         from botorch.models.transforms import Normalize, Standardize
 
         cat_dims = [i for i, _ in _index_columns(self._cat_blocks())]
-        if self._n_terms:
-            return self._build_with_cost(X, Y, Yvar, bounds)
+        if self._extra_bounds is not None:
+            return self._build_with_extras(X, Y, Yvar, bounds)
         if cat_dims:
             cont = [i for i in range(X.shape[-1]) if i not in cat_dims]
             return MixedSingleTaskGP(
@@ -323,24 +388,25 @@ class GPPredictor(BasePredictor):
                             input_transform=Normalize(X.shape[-1], bounds=bounds),
                             outcome_transform=Standardize(m=1))
 
-    def _build_with_cost(self, X: torch.Tensor, Y: torch.Tensor, Yvar: torch.Tensor | None,
-                         bounds: torch.Tensor) -> Any:
-        """A SingleTaskGP whose mean is the cost model's (module doc): the kernel (BoTorch's
-        default, RBF with the dimension-scaled lengthscale prior) sees the space's columns, the
-        mean the log cost terms appended after them."""
+    def _build_with_extras(self, X: torch.Tensor, Y: torch.Tensor, Yvar: torch.Tensor | None,
+                           bounds: torch.Tensor) -> Any:
+        """A SingleTaskGP with derived inputs (module doc): a Matern-5/2 kernel with BoTorch's
+        dimension-scaled lengthscale prior over the space's columns, the log features and the
+        log cost terms (normalised to the fit's range; a zero term sits one range below it),
+        and, with a cost model, the cost model's mean of the log cost terms appended last."""
         import torch
         from botorch.models import SingleTaskGP
         from botorch.models.transforms import Normalize, Standardize
-        from botorch.models.utils.gpytorch_modules import get_covar_module_with_dim_scaled_prior
 
         d, k = X.shape[-1], self._n_terms
-        space_cols = list(range(d - k))
+        kernel_cols = list(range(d - k))
         model = SingleTaskGP(
-            X, Y, train_Yvar=Yvar,
-            covar_module=get_covar_module_with_dim_scaled_prior(d - k, active_dims=space_cols),
-            mean_module=_cost_mean_class()(self._cost_shift),
-            input_transform=Normalize(d, bounds=bounds, indices=space_cols),
+            X, Y, train_Yvar=Yvar, covar_module=_matern_with_floor(kernel_cols),
+            mean_module=_cost_mean_class()(self._cost_shift) if k else None,
+            input_transform=Normalize(d, bounds=bounds, indices=kernel_cols),
             outcome_transform=Standardize(m=1))
+        if not k:
+            return model
         # start from the least-squares line of the (standardised) targets on the log total cost
         # with equal weights, so that c has the right sign for throughput and for time alike
         with torch.no_grad():
@@ -412,6 +478,37 @@ class GPPredictor(BasePredictor):
                 mus.append((m.mean_module(xt) + (Ks @ alpha).squeeze(-1)) * scale + shift)
                 variances.append((prior - (v * v).sum(0)).clamp_min(0.0) * scale**2)
         return torch.cat(mus), torch.cat(variances)
+
+
+def _matern_with_floor(columns: list[int]) -> Any:
+    """Matern-5/2 over ``columns`` with BoTorch's dimension-scaled lengthscale prior (that of
+    its default RBF kernel), whose inputs map -inf (the log of a zero cost term) to -1: one
+    normalised range below the smallest value the fit saw."""
+    from botorch.models.utils.gpytorch_modules import get_covar_module_with_dim_scaled_prior
+    from gpytorch.kernels import MaternKernel
+
+    rbf = get_covar_module_with_dim_scaled_prior(len(columns))
+    base = MaternKernel(nu=2.5, ard_num_dims=len(columns),
+                        lengthscale_prior=rbf.lengthscale_prior,
+                        lengthscale_constraint=rbf.raw_lengthscale_constraint)
+    return _floor_kernel_class()(base, columns)
+
+
+@lru_cache(maxsize=1)
+def _floor_kernel_class() -> type:
+    """A kernel wrapper that replaces -inf inputs by -1, defined on first use."""
+    import gpytorch
+
+    class FloorInfinite(gpytorch.kernels.Kernel):
+        def __init__(self, base: Any, active_dims: list[int]) -> None:
+            super().__init__(active_dims=active_dims)
+            self.base = base
+
+        def forward(self, x1: Any, x2: Any, diag: bool = False, **params: Any) -> Any:
+            return self.base.forward(x1.nan_to_num(neginf=-1.0), x2.nan_to_num(neginf=-1.0),
+                                     diag=diag, **params)
+
+    return FloorInfinite
 
 
 @lru_cache(maxsize=1)
