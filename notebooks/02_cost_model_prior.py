@@ -67,8 +67,9 @@ print("its cost terms:", [f"{t:.3g}" for t in ds.cost_model(configs[0])])
 # %%
 predictors = {
     "GP": lambda: cml.GPPredictor(ds.space, ds.objective),
+    # ds.features: derived kernel inputs where the table has them (gpt's GEMM sizes), else None
     "GP + cost model": lambda: cml.GPPredictor(ds.space, ds.objective,
-                                               cost_model=ds.cost_model),
+                                               cost_model=ds.cost_model, features=ds.features),
     "MLP (CubicML)": lambda: cml.MLPPredictor(ds.space, ds.objective, epochs=200),
 }
 curve = pd.DataFrame(cml.learning_curve(predictors, configs, y, SIZES, repeats=REPEATS,
