@@ -121,20 +121,23 @@ print("slowest:", configs[slowest], f"{y[slowest]:,.0f} samples/s")
 # shipped table, with gradient-boosted trees as well. On `dlrm_cpu_sweep`, with 10 / 20 / 50
 # measured configurations, the median Kendall tau was:
 # - plain GP: 0.11 / 0.10 / 0.54
-# - GP with the cost model: 0.64 / 0.62 / 0.67
+# - GP with the cost model: 0.65 / 0.59 / 0.68
 # - MLP: 0.13 / 0.20 / 0.49
 # - gradient-boosted trees: 0.17 / 0.27 / 0.43
 #
 # Two repeat measurements of the same configurations agree only to tau 0.82 on this table. From
 # 10 trials the plain GP is barely better than guessing. The cost model carries what the
-# workload's arithmetic already tells us, and the kernel learns the rest. On `gpt_cpu_sweep` the
-# cost model helps at 10 trials (0.73 against 0.47) and not at 50 (0.81 either way). On
-# MPT it lifts 10 trials from 0.47 to 0.94.
+# workload's arithmetic already tells us, and the kernel learns the rest. On `gpt_cpu_sweep`,
+# where `ds.features` adds the GEMM sizes of a micro-batch to the kernel's inputs, the GP with
+# both ranks at 0.70 / 0.80 / 0.87 against the plain GP's 0.47 / 0.72 / 0.81. On MPT the cost
+# model lifts 10 trials from 0.47 to 0.93.
 #
 # Fitted on all 121 measured DLRM configurations, the weights say where a step's time goes on
-# this 2-core CPU. The dense embedding-table updates take a median 62% of the modelled time per
-# sample: without `sparse_grads`, every row of every table is updated once per step. MLP FLOPs
-# take 19% and lookups 13%. In the slowest configuration (tables of 1,000,000 rows, dense
-# gradients, batch 256: 370 samples/s) the updates take 99.9%. In the fastest (1,000-row tables,
-# batch 4096: 167,000 samples/s) the lookups take 78%. A step's arithmetic is not the whole cost.
-# Your figures come from the cells above and will differ in the details.
+# this 2-core CPU. MLP FLOPs take a median 35% of the modelled time per sample, the dense
+# embedding-table updates 26% (without `sparse_grads`, every row of every table is updated once
+# per step) and lookups 25%. In the slowest configuration (tables of 1,000,000 rows, dense
+# gradients, batch 256: 370 samples/s) the updates take 99.6%. In the fastest (1,000-row tables,
+# batch 4096: 167,000 samples/s) the lookups take 83%. A step's arithmetic is not the whole cost.
+# The kernel also sees the log cost terms and takes up part of what they explain, so read the
+# shares as the mean's view, not an exact split. Your figures come from the cells above and will
+# differ in the details.
