@@ -470,6 +470,32 @@ def test_a_cost_model_mean_ranks_well_from_few_trials(space):
                                    rtol=1e-8, atol=1e-8)
 
 
+def test_the_floored_matern_is_gpytorchs_matern_with_and_without_gradients():
+    """The derived-input kernel rewrites GPyTorch's Matern-5/2 (in place when no gradient is
+    needed): same matrix, same diagonal, and -inf inputs (zero cost terms) land at -1."""
+    import torch
+    from gpytorch.kernels import MaternKernel
+
+    from cubicml_lab.surrogate.gp import _matern_with_floor
+
+    torch.manual_seed(0)
+    x1, x2 = torch.rand(40, 3, dtype=torch.float64), torch.rand(7, 3, dtype=torch.float64)
+    ours = _matern_with_floor([0, 1, 2]).double()
+    ref = MaternKernel(nu=2.5, ard_num_dims=3).double()
+    ref.lengthscale = ours.lengthscale = torch.tensor([[0.3, 1.2, 0.7]], dtype=torch.float64)
+    want = ref(x1, x2).to_dense()
+    with torch.no_grad():  # the in-place path
+        np.testing.assert_allclose(ours(x1, x2).to_dense(), want.detach(), atol=1e-12)
+    np.testing.assert_allclose(ours(x1, x2).to_dense().detach(), want.detach(), atol=1e-12)
+    np.testing.assert_allclose(ours(x1, x1, diag=True).detach(), 1.0, atol=1e-12)
+    floored = x1.clone()
+    floored[:, 2] = -torch.inf
+    x1[:, 2] = -1.0
+    with torch.no_grad():
+        np.testing.assert_allclose(ours(floored, x2).to_dense(), ref(x1, x2).to_dense(),
+                                   atol=1e-12)
+
+
 @pytest.mark.parametrize("arg,fn,match", [
     ("cost_model", lambda c: [-1.0, 2.0], "finite number"),
     ("cost_model", lambda c: [float("nan")], "finite number"),

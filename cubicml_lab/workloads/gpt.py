@@ -141,11 +141,10 @@ def shape_features(cfg: Mapping[str, Any]) -> list[float]:
     Returns ``[tokens per micro-batch, tokens x d_model, tokens x vocab, 1 + attention scores
     per token]`` for one micro-batch: the rows of every GEMM, the size of the hidden-state
     GEMMs, of the LM head's logits, and of the attention score matrices per token
-    (``seq_len * n_heads * n_layers``). On the gpt sweep at 50 trials, with :func:`cost_terms`
-    as the mean, they raised the GP's median Kendall tau from 0.834 to 0.852 over 10 draws; the
-    whole derived-input GP (``GPPredictor`` module doc) ranks at 0.87 where the mean alone gave
-    0.81 (``benchmarks/predictor_quality.py``). ``cfg`` needs ``d_model``, ``n_layers``,
-    ``n_heads``, ``vocab``, ``seq_len`` and ``micro_batch``.
+    (``seq_len * n_heads * n_layers``). On the gpt sweep at 50 trials, the GP with them and
+    :func:`cost_terms` ranks at a median Kendall tau of 0.87 where the cost model alone gave
+    0.81 (``benchmarks/predictor_quality.py``; ``GPPredictor`` module doc). ``cfg`` needs
+    ``d_model``, ``n_layers``, ``n_heads``, ``vocab``, ``seq_len`` and ``micro_batch``.
 
     Example:
         >>> cfg = {k: knob.default for k, knob in KNOBS.items()}
