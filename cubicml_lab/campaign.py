@@ -20,12 +20,15 @@ Example:
 from __future__ import annotations
 
 import concurrent.futures as cf
+import json
 import math
+from dataclasses import replace
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from .errors import ConfigError, LaunchError, SearchError, StoreError
+from .errors import ConfigError, LaunchError, SearchError, SpaceError, StoreError
 from .measure import TrialResult
+from .search.proposal import Proposal
 from .space import Space
 from .store import FINAL_STATUSES, Trial, TrialStore
 
@@ -36,6 +39,15 @@ if TYPE_CHECKING:
     from .search import Searcher
 
 __all__ = ["Campaign", "format_trial"]
+
+
+def _launcher_failure(err: Exception) -> TrialResult:
+    """A launcher that raised (a bug, not a trial's failure) becomes a ``failed`` result."""
+    import traceback
+
+    tail = "".join(traceback.format_exception(err)[-6:])
+    return TrialResult(status="failed", metrics={}, hardware={},
+                       error=f"launcher raised {type(err).__name__}: {err}\n{tail}")
 
 
 def format_trial(trial_id: int, space: Space, config: Mapping[str, Any], result: TrialResult,
@@ -70,6 +82,12 @@ class Campaign:
         device: ``"cpu"`` or ``"cuda"``.
         measure_options: Overrides of :class:`~cubicml_lab.measure.MeasureOptions` fields.
         fixed: Workload knobs held fixed for every trial (not searched).
+        reference: A configuration of the space to measure first (it is enqueued) and to
+            compare the best against, e.g. the default way of training the model.
+
+    Attributes:
+        proposals: Proposals handed out by :meth:`propose` and not yet launched or skipped.
+        stop_reason: Why the last :meth:`run` stopped (budget, stopping rule, interrupt).
 
     Raises:
         ConfigError: If a parameter of the space is not a knob of the workload.
@@ -88,6 +106,7 @@ class Campaign:
         device: str = "cpu",
         measure_options: Mapping[str, Any] | None = None,
         fixed: Mapping[str, Any] | None = None,
+        reference: Mapping[str, Any] | None = None,
     ) -> None:
         from .launch import Subprocess
         from .search import BayesianSearch
@@ -103,7 +122,11 @@ class Campaign:
         self.measure_options = dict(measure_options or {})
         self.fixed = dict(fixed or {})
         self.stop_reason: str | None = None
+        self.proposals: list[Proposal] = []
         self._told: set[int] = set()
+        self._observers: list[Callable[[str, Any], None]] = []
+        self._resumed: list[Proposal] = []
+        self._in_flight: dict[int, Proposal] = {}
 
         knobs = set(self.workload.default_config())
         not_knobs = [n for n in list(space.names) + list(self.fixed) if n not in knobs]
@@ -116,7 +139,23 @@ class Campaign:
             raise ConfigError(f"campaign {name!r}: the searcher was built on another space",
                               hint="pass the same Space to the searcher and the campaign")
         self._check_knob_values()
+        self.reference = None
+        if reference is not None:
+            try:
+                self.reference = self.space.project(dict(reference))
+                self.space.validate(self.reference)
+            except SpaceError as err:
+                raise ConfigError(f"reference = {dict(reference)} is not a configuration of the "
+                                  f"space: {err.message}", hint=err.hint or "") from None
         self._open_in_store()
+        for key in self.store.campaign_info(name)["metadata"].get("skipped", []):
+            skip = getattr(self.searcher, "skip", None)
+            if callable(skip):
+                skip(self.space.project(json.loads(key)))
+        if self.reference is not None:
+            enqueue = getattr(self.searcher, "enqueue", None)
+            if callable(enqueue):
+                enqueue(self.reference)
 
     def _check_knob_values(self) -> None:
         """Every value a discrete parameter can take must be one the workload accepts."""
@@ -145,7 +184,8 @@ class Campaign:
             metadata={"objective": self.objective,
                       "direction": getattr(self.searcher, "direction", "maximize"),
                       "launcher": self.launcher.describe(), "device": self.device,
-                      "measure_options": self.measure_options, "fixed": self.fixed},
+                      "measure_options": self.measure_options, "fixed": self.fixed,
+                      "reference": self.reference},
         )
 
     # -- configuration plumbing ----------------------------------------------------------------
@@ -175,10 +215,201 @@ class Campaign:
         self.searcher.tell(params, dict(trial.metrics or {}), status=trial.status)
         self._told.add(trial.id)
 
+    # -- events, proposals, single trials ------------------------------------------------------
+    def observe(self, callback: Callable[[str, Any], None]) -> None:
+        """Call ``callback(event, payload)`` as the campaign moves: ``"proposed"`` (a list of
+        :class:`~cubicml_lab.search.Proposal`), ``"started"`` (trial id), ``"finished"`` (the
+        stored :class:`~cubicml_lab.store.Trial`), ``"skipped"`` (a Proposal) and ``"stopped"``
+        (the reason). Widgets use this to update live; an exception in a callback is shown as
+        a warning, never allowed to end the campaign."""
+        if not callable(callback):
+            raise ConfigError(f"observe({callback!r:.60}): not callable",
+                              hint="pass a function (event, payload) -> None")
+        self._observers.append(callback)
+
+    def _emit(self, event: str, payload: Any) -> None:
+        import warnings
+
+        for callback in list(self._observers):
+            try:
+                callback(event, payload)
+            except Exception as err:  # a broken view must not end a campaign
+                warnings.warn(f"campaign observer {callback!r:.60} failed on {event!r}: {err!r}",
+                              stacklevel=2)
+
+    def _sync(self) -> int:
+        """Read the store: tell the searcher every finished trial it has not heard of, and queue
+        the trials an interrupted run left ``pending`` or ``running`` (those are run again
+        first). Returns the number of finished trials."""
+        finished = 0
+        in_flight = set(self._in_flight)
+        queued = {p.trial_id for p in [*self._resumed, *self.proposals]}
+        for t in self.store.trials(self.name):
+            if t.status in FINAL_STATUSES:
+                self._tell(t)
+                finished += 1
+            elif t.id not in in_flight and t.id not in queued:
+                if t.status == "running":
+                    self.store.reset_trial(t.id)
+                config = {n: t.config[n] for n in self.space.names}
+                hold = getattr(self.searcher, "mark_pending", None)
+                if callable(hold):  # so that a parallel ask never proposes it a second time
+                    hold(config)
+                self._resumed.append(Proposal(
+                    config=config, objective=self.objective, phase="resumed", trial_id=t.id,
+                    reason=f"trial {t.id} was interrupted before it finished: run again first"))
+        return finished
+
+    def propose(self, n: int = 1) -> list[Proposal]:
+        """The next ``n`` configurations to run, with the searcher's figures (nothing runs).
+
+        Interrupted trials come first; then ``searcher.propose(n)``. Each proposal stays
+        pending until it is passed to :meth:`launch` or :meth:`skip`; :attr:`proposals` holds
+        the ones waiting.
+
+        Raises:
+            SearchError: When the searcher has nothing left to propose.
+        """
+        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+            raise ConfigError(f"propose(n={n!r}): n must be an int >= 1", hint="e.g. propose(1)")
+        self._sync()
+        out = [self._resumed.pop(0) for _ in range(min(n, len(self._resumed)))]
+        if len(out) < n:
+            out += self._searcher_proposals(n - len(out))
+        self.proposals.extend(out)
+        self._emit("proposed", list(out))
+        return out
+
+    def _searcher_proposals(self, n: int) -> list[Proposal]:
+        propose = getattr(self.searcher, "propose", None)
+        if callable(propose):
+            return list(propose(n))
+        return [Proposal(config=c, objective=self.objective, phase="random", reason="asked")
+                for c in self.searcher.ask(n)]
+
+    def _as_proposal(self, what: Proposal | Mapping[str, Any], config: Mapping[str, Any] | None
+                     ) -> Proposal:
+        """The proposal to run, taken off :attr:`proposals`: ``what`` itself, or an edited copy
+        when ``config`` differs (the original goes back to the searcher, unasked), or a
+        hand-written configuration."""
+        if not isinstance(what, Proposal):
+            if not isinstance(what, Mapping):
+                raise ConfigError(f"expected a Proposal or a config dict, got {what!r:.80}",
+                                  hint="camp.launch(camp.propose()[0]) or camp.launch({...})")
+            what, config = Proposal(config=dict(what), objective=self.objective,
+                                    phase="edited", reason="configuration given by hand"), None
+        chosen = what
+        if config is not None and dict(config) != what.config:
+            chosen = what.with_config(dict(config), reason="edited by hand from a proposal")
+        try:
+            self.space.validate(chosen.config)
+        except SpaceError as err:
+            raise ConfigError(f"cannot run {chosen.config}: {err.message}",
+                              hint=err.hint or "pick values the space allows") from None
+        self._forget(what, release=chosen is not what)
+        return replace(chosen, config=self.space.project(chosen.config))
+
+    def _forget(self, proposal: Proposal, *, release: bool) -> None:
+        self.proposals = [p for p in self.proposals if p is not proposal]
+        if release and proposal.trial_id is None:
+            release_fn = getattr(self.searcher, "release", None)
+            if callable(release_fn):
+                release_fn(proposal.config)
+
+    def skip(self, proposal: Proposal | Mapping[str, Any]) -> None:
+        """Do not run this proposal, and never propose it again (the searcher is told, and the
+        skip is kept in the store's campaign record, so a resumed campaign skips it too)."""
+        p = proposal if isinstance(proposal, Proposal) else Proposal(config=dict(proposal))
+        self._forget(p, release=False)
+        if p.trial_id is not None:  # an interrupted trial the person does not want again
+            self.store.finish_trial(p.trial_id, status="failed",
+                                    error="skipped by hand after an interruption")
+            return self._emit("skipped", p)
+        skip = getattr(self.searcher, "skip", None)
+        if callable(skip):
+            skip(p.config)
+        key = self.space.key(p.config)
+        skipped = self.store.campaign_info(self.name)["metadata"].get("skipped", [])
+        if key not in skipped:
+            self.store.update_campaign_metadata(self.name, {"skipped": [*skipped, key]})
+        self._emit("skipped", p)
+
+    def launch(self, proposal: Proposal | Mapping[str, Any], *,
+               config: Mapping[str, Any] | None = None, verbose: bool = True) -> Trial | None:
+        """Run one trial now (blocking), store it, tell the searcher, and return it.
+
+        Args:
+            proposal: A proposal from :meth:`propose`, or a configuration of the space.
+            config: An edited configuration to run instead of the proposal's.
+            verbose: Print one line when it finishes.
+
+        Returns:
+            The stored trial, or None when the kernel was interrupted (the trial is then back
+            in the queue, to run first next time).
+        """
+        p = self._as_proposal(proposal, config)
+        trial_id, params = self._start(p)
+        try:
+            result = self.launcher.run(self._spec(params))
+        except KeyboardInterrupt:
+            self._requeue([(trial_id, params)], announce=verbose)
+            return None
+        except LaunchError:
+            raise
+        except Exception as err:  # recorded as data, as in run()
+            result = _launcher_failure(err)
+        trial = self._finish(trial_id, params, result)
+        if verbose:
+            print(format_trial(trial_id, self.space, params, result, self.objective))
+        return trial
+
+    def _start(self, p: Proposal) -> tuple[int, dict[str, Any]]:
+        params = dict(p.config)
+        if p.trial_id is None:
+            trial_id = self.store.add_trial(self.name, self._record_config(params),
+                                            workload=self.workload.name,
+                                            workload_version=self.workload.version)
+        else:
+            trial_id = p.trial_id
+        self.store.mark_running(trial_id)
+        self._in_flight[trial_id] = p
+        self._emit("started", trial_id)
+        return trial_id, params
+
+    def _finish(self, trial_id: int, params: dict[str, Any], result: TrialResult) -> Trial:
+        self.store.finish_trial(trial_id, status=result.status, metrics=result.metrics,
+                                hardware=result.hardware, error=result.error)
+        self._in_flight.pop(trial_id, None)
+        trial = self.store.get_trial(trial_id)
+        self._tell(trial)
+        self._emit("finished", trial)
+        return trial
+
+    def _requeue(self, started: list[tuple[int, dict[str, Any]]], *, announce: bool) -> None:
+        """After an interrupt: trials in flight go back to ``pending`` in the store (run again
+        first on the next call) and leave the searcher's pending set."""
+        for trial_id, params in started:
+            self._in_flight.pop(trial_id, None)
+            self.store.reset_trial(trial_id)
+            release = getattr(self.searcher, "release", None)
+            if callable(release):
+                release(params)
+        self.stop_reason = "interrupted"
+        self._emit("stopped", self.stop_reason)
+        if announce:
+            n = len(started)
+            print(f"{self.name}: interrupted; {n} trial{'s' if n != 1 else ''} in flight "
+                  f"{'were' if n != 1 else 'was'} stopped and re-queued (run again to resume)")
+
     # -- the loop ------------------------------------------------------------------------------
     def run(self, budget: int, parallel: int = 1, *, progress: bool = True,
-            verbose: bool = True, on_trial: Callable[[Trial], None] | None = None) -> pd.DataFrame:
+            verbose: bool = True, on_trial: Callable[[Trial], None] | None = None,
+            review: Callable[[Proposal], Mapping[str, Any] | None] | None = None
+            ) -> pd.DataFrame:
         """Run until the campaign holds ``budget`` finished trials (resuming if it has some).
+
+        Interrupting it (Ctrl-C, or Kernel -> Interrupt in Jupyter) stops it with one line:
+        trials in flight are stopped and re-queued, and the trials so far are returned.
 
         Args:
             budget: Total finished trials wanted in this campaign, counting earlier runs.
@@ -186,6 +417,9 @@ class Campaign:
             progress: Show a tqdm progress bar (works in notebooks and terminals).
             verbose: Print one line per finished trial.
             on_trial: Called with each finished :class:`~cubicml_lab.store.Trial`.
+            review: Called with each :class:`~cubicml_lab.search.Proposal` before it is
+                launched; returns the configuration to run (the proposal's, or an edited one)
+                or None to skip it (never proposed again).
 
         Returns:
             The campaign's trials as a DataFrame (``store.to_dataframe(name)``).
@@ -196,75 +430,78 @@ class Campaign:
             raise ConfigError(f"budget = {budget!r} must be a positive int", hint="e.g. budget=12")
         if not isinstance(parallel, int) or parallel < 1:
             raise ConfigError(f"parallel = {parallel!r} must be a positive int", hint="e.g. 1")
-        trials = self.store.trials(self.name)
-        for t in trials:
-            self._tell(t)
-        finished = sum(t.status in FINAL_STATUSES for t in trials)
-        interrupted = [t for t in trials if t.status not in FINAL_STATUSES]
-        for t in interrupted:
-            if t.status == "running":
-                self.store.reset_trial(t.id)
+        finished = self._sync()
         self.stop_reason = None
         bar = tqdm(total=budget, initial=min(finished, budget), desc=self.name, unit="trial",
                    disable=not progress, leave=True)
         write = bar.write if progress else print
-        if interrupted and verbose:
-            write(f"resuming {self.name!r}: {finished} finished, {len(interrupted)} interrupted "
-                  "trial(s) run again first")
-        queue = [(t.id, {n: t.config[n] for n in self.space.names}) for t in interrupted]
+        if self._resumed and verbose:
+            write(f"resuming {self.name!r}: {finished} finished, {len(self._resumed)} "
+                  "interrupted trial(s) run again first")
         in_flight: dict[cf.Future[TrialResult], tuple[int, dict[str, Any]]] = {}
         pool = cf.ThreadPoolExecutor(max_workers=parallel, thread_name_prefix="trial")
+        interrupted = False
         try:
             while finished < budget:
                 room = min(parallel - len(in_flight), budget - finished - len(in_flight))
-                new = self._next(room, queue) if room > 0 and self.stop_reason is None else []
-                for trial_id, params in new:
-                    self.store.mark_running(trial_id)
-                    in_flight[pool.submit(self.launcher.run, self._spec(params))] = (trial_id, params)
+                for p in self._next(room, review) if room > 0 and self.stop_reason is None else []:
+                    trial_id, params = self._start(p)
+                    fut = pool.submit(self.launcher.run, self._spec(params))
+                    in_flight[fut] = (trial_id, params)
                 if not in_flight:
                     break
                 done, _ = cf.wait(in_flight, return_when=cf.FIRST_COMPLETED)
                 for fut in done:
                     trial_id, params = in_flight.pop(fut)
                     result = self._result_of(fut)
-                    self.store.finish_trial(trial_id, status=result.status, metrics=result.metrics,
-                                            hardware=result.hardware, error=result.error)
-                    trial = self.store.get_trial(trial_id)
-                    self._tell(trial)
+                    trial = self._finish(trial_id, params, result)
                     finished += 1
                     bar.update(1)
                     if verbose:
                         write(format_trial(trial_id, self.space, params, result, self.objective))
                     if on_trial is not None:
                         on_trial(trial)
-                should_stop = getattr(self.searcher, "should_stop", None)
-                if callable(should_stop) and self.stop_reason is None and should_stop():
-                    self.stop_reason = ("the searcher's stopping rule fired: "
-                                        f"{getattr(self.searcher, 'stop_reason', None) or ''}")
+                self._check_stop_rule()
+        except KeyboardInterrupt:
+            interrupted = True
+            cancel = getattr(self.launcher, "cancel", None)
+            if callable(cancel):
+                cancel()  # kill the trial processes so the threads return at once
         finally:
-            pool.shutdown(wait=True, cancel_futures=True)
             bar.close()
+            pool.shutdown(wait=not interrupted or callable(getattr(self.launcher, "cancel", None)),
+                          cancel_futures=True)
+        if interrupted:
+            self._requeue(list(in_flight.values()), announce=True)
+            return self.store.to_dataframe(self.name)
         if self.stop_reason is None:
             self.stop_reason = "budget reached"
+        self._emit("stopped", self.stop_reason)
         if verbose:
             print(f"{self.name}: {finished} finished trials; stopped: {self.stop_reason}")
         return self.store.to_dataframe(self.name)
 
-    def _next(self, room: int, queue: list[tuple[int, dict[str, Any]]]) -> list[tuple[int, dict]]:
-        out = []
-        while queue and len(out) < room:
-            out.append(queue.pop(0))
-        if len(out) < room:
+    def _check_stop_rule(self) -> None:
+        should_stop = getattr(self.searcher, "should_stop", None)
+        if callable(should_stop) and self.stop_reason is None and should_stop():
+            self.stop_reason = ("the searcher's stopping rule fired: "
+                                f"{getattr(self.searcher, 'stop_reason', None) or ''}")
+
+    def _next(self, room: int, review: Callable[[Proposal], Any] | None) -> list[Proposal]:
+        """Up to ``room`` proposals to launch, each passed through ``review`` when given."""
+        out: list[Proposal] = []
+        while len(out) < room and self.stop_reason is None:
             try:
-                configs = self.searcher.ask(room - len(out))
+                batch = self.propose(room - len(out))
             except SearchError as err:
                 self.stop_reason = f"search space exhausted ({err.message})"
-                configs = []
-            for params in configs:
-                trial_id = self.store.add_trial(self.name, self._record_config(params),
-                                                workload=self.workload.name,
-                                                workload_version=self.workload.version)
-                out.append((trial_id, params))
+                break
+            for p in batch:
+                choice = p.config if review is None else review(p)
+                if choice is None:
+                    self.skip(p)
+                else:
+                    out.append(self._as_proposal(p, choice))
         return out
 
     @staticmethod
@@ -274,11 +511,7 @@ class Campaign:
         except LaunchError:
             raise
         except Exception as err:  # a launcher bug must not lose the campaign: record it as data
-            import traceback
-
-            tail = "".join(traceback.format_exception(err)[-6:])
-            return TrialResult(status="failed", metrics={}, hardware={},
-                               error=f"launcher raised {type(err).__name__}: {err}\n{tail}")
+            return _launcher_failure(err)
 
     # -- reading back --------------------------------------------------------------------------
     def trials(self) -> list[Trial]:
@@ -299,6 +532,112 @@ class Campaign:
         pick = max if direction == "maximize" else min
         best = pick(ok, key=lambda t: t.metrics[self.objective])
         return {n: best.config[n] for n in self.space.names}, float(best.metrics[self.objective])
+
+    def reference_value(self) -> float | None:
+        """The objective measured for :attr:`reference` (its first ok trial), or None."""
+        if self.reference is None:
+            return None
+        key = self.space.key(self.reference)
+        for t in self.trials():
+            if t.status == "ok" and self.objective in t.metrics and \
+                    self.space.key({n: t.config[n] for n in self.space.names}) == key:
+                return float(t.metrics[self.objective])
+        return None
+
+    def summary(self) -> dict[str, Any]:
+        """What a person glances at: trials by status, the best so far against the reference,
+        why the last run stopped, the proposals waiting.
+
+        Returns:
+            A dict with ``trials`` (count), ``by_status`` ({status: count}), ``best_config``,
+            ``best`` (objective value), ``reference`` (its value), ``speedup`` (best /
+            reference, for a maximised objective), ``stop_reason``, ``waiting``.
+        """
+        trials = self.trials()
+        by_status: dict[str, int] = {}
+        for t in trials:
+            by_status[t.status] = by_status.get(t.status, 0) + 1
+        try:
+            best_config, best = self.best()
+        except SearchError:
+            best_config, best = None, None
+        ref = self.reference_value()
+        speedup = None
+        if best is not None and ref:
+            maximize = getattr(self.searcher, "direction", "maximize") == "maximize"
+            speedup = best / ref if maximize else ref / best
+        return {"trials": len(trials), "by_status": by_status, "best_config": best_config,
+                "best": best, "reference": ref, "speedup": speedup,
+                "stop_reason": self.stop_reason, "waiting": len(self.proposals)}
+
+    def _facts(self) -> list[tuple[str, Any]]:
+        s = self.summary()
+        facts: list[tuple[str, Any]] = [
+            ("workload", self.workload.name), ("launcher", repr(self.launcher)),
+            ("searcher", type(self.searcher).__name__), ("store", str(self.store.path)),
+            ("trials", ", ".join(f"{n} {st}" for st, n in s["by_status"].items()) or "none yet")]
+        if s["best"] is not None:
+            facts.append((f"best {self.objective}", s["best"]))
+            facts.append(("best config", ", ".join(f"{k}={v}" for k, v in s["best_config"].items())))
+        if s["reference"] is not None:
+            facts.append((f"reference {self.objective}", s["reference"]))
+        if s["speedup"] is not None:
+            facts.append(("speed-up over reference", f"{s['speedup']:.2f}x"))
+        if s["stop_reason"]:
+            facts.append(("stopped", s["stop_reason"]))
+        return facts
+
+    def __repr__(self) -> str:
+        return (f"Campaign({self.name!r}, workload={self.workload.name!r}, "
+                f"store={str(self.store.path)!r}, trials={len(self.trials())})")
+
+    def __str__(self) -> str:
+        from ._html import fmt
+
+        return f"Campaign {self.name!r}\n" + "\n".join(f"  {k}: {fmt(v)}"
+                                                     for k, v in self._facts())
+
+    def _repr_html_(self) -> str:
+        from ._html import card
+
+        return card(f"Campaign '{self.name}'", self._facts(),
+                    note="campaign.dataframe(): one row per trial")
+
+    @classmethod
+    def from_store(cls, store: TrialStore, name: str, **kwargs: Any) -> Campaign:
+        """A campaign read back from a store, to look at or to continue.
+
+        The space, workload, objective, measure options, fixed knobs and reference come from
+        the stored record; ``kwargs`` (``launcher``, ``searcher``, ...) override them. The
+        default searcher is ``BayesianSearch`` on the stored objective, told every finished
+        trial.
+
+        Raises:
+            StoreError: If the campaign is unknown or was stored without its space.
+        """
+        from .search import BayesianSearch
+
+        info = store.campaign_info(name)
+        if info.get("space") is None or not info.get("workload"):
+            raise StoreError(f"campaign {name!r} in {store.path} has no stored space or workload",
+                             hint="only campaigns created by Campaign(...) can be read back")
+        space = Space.from_dict(info["space"])
+        meta = info["metadata"]
+        args: dict[str, Any] = {
+            "workload": info["workload"], "store": store, "device": meta.get("device", "cpu"),
+            "measure_options": meta.get("measure_options"), "fixed": meta.get("fixed"),
+            "reference": meta.get("reference")}
+        if "searcher" not in kwargs:
+            args["searcher"] = BayesianSearch(space, objective=meta.get("objective", "throughput"),
+                                              direction=meta.get("direction", "maximize"))
+        args.update(kwargs)
+        camp = cls(name, space, **args)
+        camp._sync_told()
+        return camp
+
+    def _sync_told(self) -> None:
+        for t in self.trials():
+            self._tell(t)
 
     def wall_time_s(self) -> float:
         """Seconds from the first trial's start to the last trial's end."""

@@ -113,6 +113,30 @@ class TrialResult:
         kw["config"] = dict(d.get("config") or {})
         return cls(**kw)
 
+    def _facts(self) -> list[tuple[str, Any]]:
+        m = self.metrics
+        facts: list[tuple[str, Any]] = [("status", self.status)]
+        for key in ("tokens_per_s", "samples_per_s", "step_time_s", "step_time_rel_ci",
+                    "peak_mem_gib", "achieved_tflops", "mfu"):
+            if key in m:
+                facts.append((key, m[key]))
+        if self.config:
+            facts.append(("config", ", ".join(f"{k}={v}" for k, v in self.config.items())))
+        facts.append(("wall_s", round(self.wall_s, 2)))
+        if self.error:
+            facts.append(("error", self.error.strip().splitlines()[-1][:200]))
+        return facts
+
+    def __str__(self) -> str:
+        head = f"TrialResult {self.workload}".rstrip()
+        return head + "\n" + "\n".join(f"  {k}: {v}" for k, v in self._facts())
+
+    def _repr_html_(self) -> str:
+        from ._html import card
+
+        return card(f"TrialResult · {self.workload or 'trial'}", self._facts(),
+                    note="all metrics: result.metrics; the machine: result.hardware")
+
     def to_json(self) -> str:
         """Strict JSON text (no bare NaN/Infinity: they are written as strings)."""
         return json.dumps(_json_safe(self.to_dict()), allow_nan=False, sort_keys=True)

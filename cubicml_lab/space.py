@@ -164,6 +164,45 @@ class Space:
         return f"Space([{parts}], constants={self.constants}, derived={self.derived}, " \
                f"constraints={self.constraints})"
 
+    def _size_text(self) -> str:
+        try:
+            return f"{self.size():,} valid configurations"
+        except SpaceError:
+            grid = self._product_size()
+            return ("continuous (Float parameters)" if math.isinf(grid)
+                    else f"a grid of {grid:,.0f} points, constrained (too many to count)")
+
+    def _parameter_rows(self) -> list[list[Any]]:
+        rows = []
+        for p in self.parameters:
+            d = p.to_dict()
+            if p.is_discrete:
+                vals = p.values()
+                shown = ", ".join(map(str, vals)) if len(vals) <= 8 else \
+                    f"{', '.join(map(str, vals[:3]))}, …, {vals[-1]} ({len(vals):,} values)"
+            else:
+                shown = f"[{d.get('low')}, {d.get('high')}]"
+            rows.append([p.name, p.kind, shown])
+        return rows
+
+    def __str__(self) -> str:
+        lines = [f"Space: {self._size_text()}"]
+        lines += [f"  {n:<20} {k:<12} {v}" for n, k, v in self._parameter_rows()]
+        lines += [f"  constant  {k} = {v}" for k, v in self.constants.items()]
+        lines += [f"  derived   {k} = {v}" for k, v in self.derived.items()]
+        lines += [f"  subject to {c}" for c in self.constraints]
+        return "\n".join(lines)
+
+    def _repr_html_(self) -> str:
+        from ._html import card
+
+        facts: list[tuple[str, Any]] = [("size", self._size_text())]
+        facts += [(f"constant {k}", v) for k, v in self.constants.items()]
+        facts += [(f"derived {k}", f"= {v}") for k, v in self.derived.items()]
+        facts += [("subject to", c) for c in self.constraints]
+        return card("Space", facts, table=(["parameter", "type", "values"],
+                                           self._parameter_rows()))
+
     def __len__(self) -> int:
         return self.size()
 

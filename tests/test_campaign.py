@@ -107,3 +107,132 @@ def test_exhausted_space_stops_with_reason(tmp_store):
     df = camp.run(budget=5, progress=False, verbose=False)
     assert len(df) == 2
     assert "exhausted" in camp.stop_reason
+
+
+# -- steering by hand: propose, launch, skip, edit; interrupts ----------------------------------
+@pytest.mark.slow
+def test_review_loop_launch_skip_edit_and_resume(gpt_space, tmp_store):
+    """The loop a person steers: each proposal is launched, skipped or edited before it runs."""
+    default = {"micro_batch": 1, "precision": "fp32", "recompute": "none"}
+    camp = cml.Campaign("steer", gpt_space, workload="gpt", launcher=cml.launch.InProcess(),
+                        searcher=cml.BayesianSearch(gpt_space, seed=0, n_init=3),
+                        store=tmp_store, measure_options=FAST, fixed=TINY, reference=default)
+    events = []
+    camp.observe(lambda event, payload: events.append(event))
+    [first] = camp.propose()
+    assert first.phase == "enqueued" and first.config == default and camp.proposals == [first]
+    trial = camp.launch(first, verbose=False)
+    assert trial.status == "ok" and camp.proposals == []
+    assert events == ["proposed", "started", "finished"]
+    [skipped] = camp.propose()
+    camp.skip(skipped)
+    assert tmp_store.trials("steer")[-1].id == trial.id, "a skip runs nothing"
+    [p] = camp.propose()
+    edited = {**p.config, "recompute": "full" if p.config["recompute"] == "none" else "none"}
+    if gpt_space.key(edited) == gpt_space.key(skipped.config):
+        edited["precision"] = "bf16" if edited["precision"] == "fp32" else "fp32"
+    ran = camp.launch(p, config=edited, verbose=False)
+    assert {n: ran.config[n] for n in gpt_space.names} == edited
+    with pytest.raises(ConfigError, match="micro_batch"):
+        camp.launch({**edited, "micro_batch": 3})
+    df = camp.run(budget=6, progress=False, verbose=False)
+    keys = {gpt_space.key({n: r[n] for n in gpt_space.names}) for _, r in df.iterrows()}
+    assert len(df) == 6 and gpt_space.key(skipped.config) not in keys
+    assert camp.summary()["reference"] == df.loc[df["trial_id"] == trial.id, "throughput"].item()
+    # read back from the store: the skip and the reference survive, every trial is told
+    again = cml.Campaign.from_store(tmp_store, "steer", launcher=cml.launch.InProcess())
+    assert again.searcher.n_told == 6 and again.reference == default
+    assert again.searcher.skipped == [gpt_space.key(skipped.config)]
+    for p in again.searcher.propose(gpt_space.size() - 6 - 1):
+        assert gpt_space.key(p.config) != gpt_space.key(skipped.config)
+    assert "steer" in again._repr_html_() and "speed-up" in str(again)
+
+
+def test_bayesian_proposals_carry_prediction_interval_and_feasibility():
+    space = cml.Space([cml.Int("micro_batch", 1, 32), cml.Choice("recompute", ["none", "full"])])
+    search = cml.BayesianSearch(space, seed=0, n_init=4)
+    [p] = search.propose()
+    assert p.phase == "initial" and p.predicted is None and "space-filling" in p.reason
+    for cfg in [p.config] + search.ask(5):
+        if cfg["micro_batch"] > 28:
+            search.tell(cfg, None, status="oom")
+        else:
+            speed = 100.0 * cfg["micro_batch"] * (0.7 if cfg["recompute"] == "full" else 1.0)
+            search.tell(cfg, {"throughput": speed})
+    [p] = search.propose()
+    assert p.phase == "bo" and p.acquisition is not None
+    assert p.lower < p.predicted < p.upper
+    assert 0.0 <= p.p_feasible <= 1.0, "an oom was told: P(fits) must be given"
+    assert "expected improvement" in p.reason and "P(runs)" in p.reason
+    assert p.summary()["P(fits)"] == p.p_feasible and "P(fits)" in p._repr_html_()
+
+
+def test_resumed_trial_is_pending_for_the_searcher(gpt_space, tmp_store):
+    """An interrupted trial is run again first and never proposed a second time beside it."""
+    camp = make("resume2", gpt_space, tmp_store, searcher=cml.RandomSearch(gpt_space, seed=0))
+    orphan = tmp_store.add_trial("resume2", {**TINY, "micro_batch": 8, "precision": "fp32",
+                                             "recompute": "none"}, workload="gpt")
+    tmp_store.mark_running(orphan)
+    proposals = camp.propose(gpt_space.size())
+    assert proposals[0].trial_id == orphan and proposals[0].phase == "resumed"
+    keys = [gpt_space.key(p.config) for p in proposals]
+    assert len(keys) == len(set(keys)) == gpt_space.size()
+    assert tmp_store.get_trial(orphan).status == "pending"
+
+
+INTERRUPT_SCRIPT = """
+import sys, cubicml_lab as cml
+space = cml.Space([cml.PowerOfTwo("micro_batch", 1, 4)])
+store = cml.TrialStore(sys.argv[1])
+camp = cml.Campaign("int", space, workload="gpt", store=store,
+                    launcher=cml.launch.Subprocess(timeout_s=300),
+                    searcher=cml.RandomSearch(space, seed=0),
+                    measure_options={"max_time_s": 120, "warmup_max_s": 0.5, "min_steps": 3,
+                                     "target_rel_ci": 1e-9},
+                    fixed={"d_model": 32, "n_layers": 1, "n_heads": 2, "seq_len": 32, "vocab": 128})
+df = camp.run(budget=2, progress=False)
+print("returned", len(df), camp.stop_reason)
+"""
+
+
+def _running(path, campaign):
+    if not path.exists():
+        return False
+    with cml.TrialStore(path) as store:
+        return campaign in store.campaigns() and bool(store.trials(campaign, status="running"))
+
+
+@pytest.mark.slow
+def test_interrupt_stops_with_one_line_and_requeues(tmp_path):
+    """SIGINT (Kernel -> Interrupt) during a trial: one line, no traceback, the trial's process
+    is killed and the trial is back to pending, to run first on the next run."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    path = tmp_path / "lab.sqlite"
+    script = tmp_path / "run.py"
+    script.write_text(INTERRUPT_SCRIPT)
+    proc = subprocess.Popen([sys.executable, str(script), str(path)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not _running(path, "int"):
+        time.sleep(0.5)
+    time.sleep(3)  # the trial process is importing torch or training now
+    children = subprocess.run(["pgrep", "-f", "cubicml_lab.trial"], capture_output=True,
+                              text=True).stdout.split()
+    assert children, "the trial process should be running"
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert "Traceback" not in err and "Traceback" not in out
+    assert "interrupted" in out and "re-queued" in out
+    assert "returned 1 interrupted" in out  # the re-queued trial's row, pending
+    for pid in children:
+        assert not os.path.exists(f"/proc/{pid}") or \
+            open(f"/proc/{pid}/stat").read().split()[2] == "Z", "the trial process survived"
+    with cml.TrialStore(path) as store:
+        [trial] = store.trials("int")
+        assert trial.status == "pending"

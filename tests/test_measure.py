@@ -387,3 +387,13 @@ def test_tuned_allocator_stops_page_faulting_freed_step_buffers(mode) -> None:
         assert what.startswith("glibc mmap_threshold=32MiB") and int(faults) < 200
     else:
         assert what == "default" and int(faults) > 20 * 2000  # thousands a step
+
+
+def test_trial_result_shows_itself():
+    ok = TrialResult(status="ok", metrics={"tokens_per_s": 12345.6, "step_time_s": 0.01,
+                                           "peak_mem_gib": 0.5}, hardware={}, workload="gpt",
+                     config={"micro_batch": 4})
+    assert "tokens_per_s: 12345.6" in str(ok) and "micro_batch=4" in str(ok)
+    assert "12,346" in ok._repr_html_() and "gpt" in ok._repr_html_()
+    bad = TrialResult(status="oom", metrics={}, hardware={}, error="Traceback\nMemoryError: <x>")
+    assert "MemoryError: &lt;x&gt;" in bad._repr_html_() and "error: MemoryError" in str(bad)

@@ -192,3 +192,19 @@ def test_import_is_torch_free():
 
     code = "import cubicml_lab, sys; assert 'torch' not in sys.modules, 'torch imported'"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_space_shows_itself_readably(tiny_space):
+    """Jupyter renders a card (size, parameters, derived, constraints); text is readable too."""
+    html = tiny_space._repr_html_()
+    assert f"{tiny_space.size():,} valid configurations" in html
+    for text in ("tp", "power_of_two", "world_size // (tp * pp)", "tp * pp &lt;= world_size"):
+        assert text in html
+    text = str(tiny_space)
+    assert text.splitlines()[0] == f"Space: {tiny_space.size()} valid configurations"
+    assert "derived   dp = world_size // (tp * pp)" in text
+    # values are escaped: a choice value cannot inject markup
+    odd = cml.Space([cml.Choice("kernel", ["<b>x</b>", "plain"])])
+    assert "<b>x</b>" not in odd._repr_html_() and "&lt;b&gt;x&lt;/b&gt;" in odd._repr_html_()
+    wide = cml.Space([cml.Float("lr", 1e-4, 1e-1)])
+    assert "continuous" in str(wide)

@@ -352,3 +352,21 @@ def test_threads_finish_trials_concurrently(gpt_store: TrialStore):
         assert t.status in FINAL_STATUSES and t.status == FINAL_STATUSES[t.config["i"] % 4]
         assert t.metrics["value"] == t.config["thread"] * 1000 + t.config["i"]
         assert t.hardware == {"thread": t.config["thread"]}
+
+
+def test_store_shows_campaign_counts(tmp_store):
+    tmp_store.create_campaign("a", workload="gpt")
+    tmp_store.create_campaign("b", workload="dlrm")
+    tid = tmp_store.add_trial("a", {"micro_batch": 1}, workload="gpt")
+    tmp_store.finish_trial(tid, status="oom")
+    tmp_store.record_trial("a", {"micro_batch": 2}, status="ok", metrics={"throughput": 1.0})
+    text = str(tmp_store)
+    assert "a (gpt): 1 ok, 1 oom" in text and "b (dlrm): no trials" in text
+    html = tmp_store._repr_html_()
+    assert "<table" in html and ">oom<" in html and ">dlrm<" in html
+    tmp_store.update_campaign_metadata("b", {"note": "x"})
+    assert tmp_store.campaign_info("b")["metadata"]["note"] == "x"
+    with pytest.raises(StoreError, match="unknown campaign"):
+        tmp_store.update_campaign_metadata("zzz", {"note": "x"})
+    tmp_store.close()
+    assert "closed" in str(tmp_store) and "closed" in tmp_store._repr_html_()

@@ -40,6 +40,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from collections.abc import Callable
@@ -126,6 +127,22 @@ class Subprocess(Launcher):
                 hint='write every value as a string, e.g. {"OMP_NUM_THREADS": "2"}',
             )
         self.env = dict(env)
+        self._live: set[int] = set()  # process-group ids of the trials running now
+        self._live_lock = threading.Lock()
+
+    def cancel(self) -> int:
+        """Kill every trial this launcher is running now (their whole process groups).
+
+        The threads blocked in :meth:`run` then return at once with a ``failed`` result; a
+        campaign interrupted by the user calls this and re-queues those trials.
+
+        Returns:
+            The number of trials killed.
+        """
+        with self._live_lock:  # held while signalling: no group is reaped (its id freed) meanwhile
+            for pgid in self._live:
+                _signal_group(pgid, signal.SIGKILL)
+            return len(self._live)
 
     def describe(self) -> dict[str, Any]:
         """Return the launcher kind and its options as plain JSON."""
@@ -200,6 +217,8 @@ class Subprocess(Launcher):
                         "and torch installed, or leave it out to use this one",
                     ) from exc
             timed_out = False
+            with self._live_lock:
+                self._live.add(proc.pid)
             try:
                 outcome = _wait_exited(proc, self.timeout_s, lambda: _results_in(tmp))
                 if outcome == "result":  # a result is written: give the rest a moment to exit
@@ -216,6 +235,8 @@ class Subprocess(Launcher):
                 # kill whatever is left (grandchildren, or everything on Ctrl-C), then reap.
                 _signal_group(proc.pid, signal.SIGKILL)
                 proc.kill()  # in case the group was already gone (the leader left it)
+                with self._live_lock:
+                    self._live.discard(proc.pid)
                 proc.wait()
             wall_s = time.perf_counter() - start
             return self._collect(spec, proc.returncode, timed_out, wall_s, result_path, stderr_path)

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..errors import SearchError, SpaceError
+from .proposal import Proposal
 
 if TYPE_CHECKING:
     from ..space import Space
@@ -100,6 +101,8 @@ class Searcher:
         self._candidates: list[tuple[str, dict]] | None = None
         self._fixed_pool: list[tuple[str, dict]] | None = None
         self._untried_keys: list[str] = []
+        self._skipped: set[str] = set()
+        self._last_enqueued: set[str] = set()
         if candidates is not None:
             if isinstance(candidates, Mapping):
                 raise SearchError("candidates must be a list of configuration dicts, got one dict",
@@ -224,29 +227,96 @@ class Searcher:
         if not isinstance(n, (int, np.integer)) or isinstance(n, bool) or n < 1:
             raise SearchError(f"ask(n={n!r}): n must be an int >= 1", hint="e.g. ask(4)")
         out: list[dict] = []
+        self._last_enqueued = set()
         while self._queue and len(out) < n:
             key, cfg, repeat = self._queue.pop(0)
             if (repeat or key not in self._told) and key not in self._pending:
                 self._pending[key] = cfg
+                self._last_enqueued.add(key)
                 out.append(dict(cfg))
         if len(out) < n:
             pool = self._pool()
-            untried_pairs = [(k, c) for k, c in pool
-                             if k not in self._told and k not in self._pending]
+            untried_pairs = [(k, c) for k, c in pool if k not in self._told
+                             and k not in self._pending and k not in self._skipped]
             untried = [c for _, c in untried_pairs]
             #: keys of the configurations handed to ``_propose``, in the same order
             self._untried_keys = [k for k, _ in untried_pairs]
             if not untried and not out:
                 raise SearchError(
                     f"nothing left to propose: all {len(pool)} configurations of the pool have "
-                    f"been tried or are pending ({len(self._told)} distinct told, "
-                    f"{len(self._pending)} pending)",
+                    f"been tried, skipped or are pending ({len(self._told)} distinct told, "
+                    f"{len(self._skipped)} skipped, {len(self._pending)} pending)",
                     hint="widen the space or pass more candidates")
             if untried:
                 for cfg in self._propose(n - len(out), untried, self._rng()):
                     self._pending[self.space.key(cfg)] = dict(cfg)
                     out.append(dict(cfg))
         return out
+
+    def propose(self, n: int = 1) -> list[Proposal]:
+        """:meth:`ask`, with what the searcher expects of each configuration.
+
+        The configurations are the same as ``ask(n)`` would return (and are pending in the same
+        way); each comes as a :class:`~cubicml_lab.search.Proposal` carrying the prediction and
+        its 95% interval, the probability of running, the acquisition value and the reason, as
+        far as the searcher knows them.
+
+        Example:
+            >>> from cubicml_lab.space import Space, Int
+            >>> from cubicml_lab.search import RandomSearch
+            >>> [p] = RandomSearch(Space([Int("micro_batch", 1, 8)]), seed=0).propose()
+            >>> p.phase, p.predicted
+            ('random', None)
+        """
+        configs = self.ask(n)
+        return self._explain(configs, [self.space.key(c) in self._last_enqueued
+                                       for c in configs])
+
+    def _explain(self, configs: list[dict], enqueued: list[bool]) -> list[Proposal]:
+        """Proposals for ``configs`` just asked (``enqueued[i]``: it came from the queue).
+        Subclasses with a model add their figures; this base gives the phase and reason."""
+        info = getattr(self, "last_ask_info", None) or {}
+        phase = info.get("phase") or type(self).__name__.lower().replace("search", "") or "random"
+        out = []
+        for cfg, queued in zip(configs, enqueued):
+            if queued:
+                out.append(Proposal(config=cfg, objective=self.objective, phase="enqueued",
+                                    reason="enqueued (e.g. the default configuration)"))
+            else:
+                out.append(Proposal(config=cfg, objective=self.objective, phase=phase,
+                                    reason=info.get("reason") or "drawn uniformly from the "
+                                    "untried configurations"))
+        return out
+
+    def skip(self, config: dict) -> None:
+        """Never propose ``config`` (a person looked at it and decided not to run it).
+
+        It leaves the pending set; it is not told as a trial, so the models learn nothing
+        from it. :attr:`skipped` lists what was skipped.
+
+        Raises:
+            SearchError: If ``config`` is not in the space.
+        """
+        key = self._key(config, "config")
+        self._pending.pop(key, None)
+        self._queue = [q for q in self._queue if q[0] != key]
+        self._skipped.add(key)
+
+    def release(self, config: dict) -> None:
+        """Drop ``config`` from the pending set without telling anything (a proposal that was
+        not launched after all, e.g. edited or interrupted): it may be proposed again."""
+        self._pending.pop(self._key(config, "config"), None)
+
+    def mark_pending(self, config: dict) -> None:
+        """Hold ``config`` as pending (running elsewhere, e.g. an interrupted trial run again),
+        so that no ask proposes it until it is told or released."""
+        key = self._key(config, "config")
+        self._pending[key] = self.space.project(config)
+
+    @property
+    def skipped(self) -> list[str]:
+        """Keys (``space.key``) of the configurations passed to :meth:`skip`."""
+        return sorted(self._skipped)
 
     def _propose(self, n: int, pool: list[dict], rng: np.random.Generator) -> list[dict]:
         """Pick ``min(n, len(pool))`` distinct configurations of the untried ``pool``."""

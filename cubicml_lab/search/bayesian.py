@@ -49,6 +49,7 @@ from __future__ import annotations
 import math
 import time
 import warnings
+from dataclasses import replace
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -56,6 +57,7 @@ import numpy as np
 
 from ..errors import PredictorError, SearchError
 from .base import Searcher
+from .proposal import Proposal
 
 if TYPE_CHECKING:
     from ..space import Space
@@ -476,6 +478,39 @@ class BayesianSearch(Searcher):
         else:
             out = self._space_filling(n, pool, rng)
         info["ask_s"] = time.perf_counter() - t0
+        return out
+
+    def _explain(self, configs: list[dict], enqueued: list[bool]) -> list[Proposal]:
+        """Proposals with the GP's prediction and 95% interval, P(runs) and the acquisition
+        value of each pick (module doc); figures the searcher does not have yet stay None."""
+        base = super()._explain(configs, enqueued)
+        info = self.last_ask_info
+        bo = info.get("phase") == "bo" and self.predictor is not None
+        if not base or not bo:  # before the GP: the initial design or a fallback
+            if info.get("phase") == "initial":
+                base = [p if p.phase == "enqueued" else replace(
+                    p, reason=f"space-filling design ({info.get('reason', '')}): the untried "
+                    "configuration farthest from everything tried") for p in base]
+            return base
+        lo, hi = self.predictor.predict_interval(configs)
+        mid, _ = self.predictor.predict(configs)
+        if self.direction == "minimize":  # the GP models 1 / objective (or -objective)
+            mid, lo, hi = ((1.0 / mid, 1.0 / hi, 1.0 / lo) if self.log_objective
+                           else (-mid, -hi, -lo))
+        p_ok = (self.feasibility_model.predict(configs, memory_limit=self.memory_limit_gib)
+                if self.feasibility_model is not None else [None] * len(configs))
+        acq = list(info.get("acquisition") or [])
+        picks = iter(acq[-sum(not q for q in enqueued):] if acq else [])
+        out = []
+        for i, (p, queued) in enumerate(zip(base, enqueued)):
+            a = None if queued else next(picks, None)
+            why = p.reason if queued else (
+                f"highest {'hypervolume ' if self.second_objective else ''}expected improvement"
+                f"{' x P(runs)' if self.feasibility_model is not None else ''} among "
+                f"{info.get('n_pool', 0):,} untried configurations ({info.get('reason', '')})")
+            out.append(replace(p, predicted=float(mid[i]), lower=float(lo[i]),
+                               upper=float(hi[i]), acquisition=a, reason=why,
+                               p_feasible=None if p_ok[i] is None else float(p_ok[i])))
         return out
 
     # -- stopping and Pareto front --------------------------------------------------------------

@@ -75,6 +75,40 @@ class TrialStore:
     def __repr__(self) -> str:
         return f"TrialStore({str(self.path)!r})"
 
+    def _overview(self) -> list[tuple[str, str, dict[str, int]]]:
+        """``(campaign, workload, {status: count})`` per campaign, in creation order."""
+        rows = self._read("SELECT c.name, c.workload, t.status, COUNT(t.id) FROM campaigns c "
+                          "LEFT JOIN trials t ON t.campaign = c.name GROUP BY c.name, t.status "
+                          "ORDER BY c.rowid")
+        out: dict[str, tuple[str, dict[str, int]]] = {}
+        for name, workload, status, count in rows:
+            counts = out.setdefault(name, (workload, {}))[1]
+            if status is not None:
+                counts[status] = int(count)
+        return [(name, wl, counts) for name, (wl, counts) in out.items()]
+
+    def __str__(self) -> str:
+        if self._conn is None:
+            return f"TrialStore({str(self.path)!r}, closed)"
+        lines = [f"TrialStore({str(self.path)!r})"]
+        for name, workload, counts in self._overview():
+            shown = ", ".join(f"{n} {s}" for s, n in counts.items()) or "no trials"
+            lines.append(f"  {name} ({workload or 'no workload'}): {shown}")
+        return "\n".join(lines)
+
+    def _repr_html_(self) -> str:
+        from .._html import card
+
+        if self._conn is None:
+            return card("TrialStore (closed)", [("file", str(self.path))])
+        overview = self._overview()
+        statuses = [s for s in STATUSES if any(s in c for _, _, c in overview)]
+        rows = [[name, workload, sum(c.values()), *[c.get(s, 0) for s in statuses]]
+                for name, workload, c in overview]
+        return card("TrialStore", [("file", str(self.path)), ("campaigns", len(overview))],
+                    table=(["campaign", "workload", "trials", *statuses], rows) if rows else None,
+                    note="store.to_dataframe(name) gives one row per trial")
+
     def _connection(self) -> sqlite3.Connection:
         if self._conn is None:
             raise StoreError(f"trial store {self.path} is closed",
@@ -143,6 +177,23 @@ class TrialStore:
                          "workload END, space = COALESCE(space, ?), metadata = CASE WHEN "
                          "metadata = '{}' THEN ? ELSE metadata END WHERE name = ?",
                          (workload, space_json, meta_json, name))
+
+    def update_campaign_metadata(self, name: str, updates: Mapping[str, Any]) -> dict[str, Any]:
+        """Merge ``updates`` into a campaign's metadata (top-level keys) and return the result.
+
+        Raises:
+            StoreError: On an unknown campaign or metadata that is not plain JSON.
+        """
+        name = _check_name(name)
+        updates = _check_mapping(updates, "metadata")
+        with self._write() as conn:
+            row = conn.execute("SELECT metadata FROM campaigns WHERE name = ?", (name,)).fetchone()
+            if row is None:
+                raise self._unknown_campaign(name)
+            merged = {**json.loads(row[0]), **updates}
+            conn.execute("UPDATE campaigns SET metadata = ? WHERE name = ?",
+                         (_dumps(merged), name))
+        return merged
 
     def campaigns(self) -> list[str]:
         """Names of all campaigns, in creation order."""
