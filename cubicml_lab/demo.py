@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
 __all__ = ["DEFAULT_CONFIG", "DEMO_MEASURE", "demo_space", "predictor_report", "run_demo",
-           "summary_table", "value_of"]
+           "summary_table"]
 
 #: Measurement settings of the demo: short timed phases so that a trial takes seconds.
 DEMO_MEASURE: dict[str, Any] = {"max_time_s": 3.0, "warmup_max_s": 3.0, "target_rel_ci": 0.02}
@@ -65,15 +65,6 @@ def summary_table(df: pd.DataFrame, space: Space) -> pd.DataFrame:
         if col in out:
             out[col] = out[col].round(4 if col == "step_time_s" else 3)
     return out.set_index("trial_id")
-
-
-def value_of(df: pd.DataFrame, config: dict[str, Any], objective: str = "throughput"
-             ) -> float | None:
-    """The median measured ``objective`` over the ok trials of ``config`` (None if none ran ok)."""
-    rows = df[df["status"].eq("ok")]
-    for name, value in config.items():
-        rows = rows[rows[name] == value]
-    return float(rows[objective].median()) if len(rows) else None
 
 
 def predictor_report(df: pd.DataFrame, space: Space, objective: str = "throughput",
@@ -132,11 +123,10 @@ def run_demo(budget: int = 14, store: str | os.PathLike[str] = "data/demo.sqlite
           f"trials; store {store}; campaign {name!r}")
     print(f"default configuration (trial 1): {DEFAULT_CONFIG}")
     search = BayesianSearch(space, objective="throughput", seed=seed)
-    search.enqueue(DEFAULT_CONFIG)
     trial_store = TrialStore(store)
     runner = Subprocess(timeout_s=120) if launcher == "subprocess" else InProcess()
     camp = Campaign(name, space, workload="gpt", launcher=runner, searcher=search,
-                    store=trial_store, measure_options=DEMO_MEASURE)
+                    store=trial_store, measure_options=DEMO_MEASURE, reference=DEFAULT_CONFIG)
     t0 = time.perf_counter()
     df = camp.run(budget, progress=progress)
     elapsed = time.perf_counter() - t0
@@ -148,7 +138,7 @@ def run_demo(budget: int = 14, store: str | os.PathLike[str] = "data/demo.sqlite
         print(summary_table(df, space).to_string())
     report = predictor_report(df, space, seed=seed)
     best_cfg, best_value = camp.best()
-    default_value = value_of(df, DEFAULT_CONFIG)
+    default_value = camp.reference_value()
     speedup = best_value / default_value if default_value else None
     fig = campaign_figure(df, report if "mean" in report else None, reference=default_value,
                           unit="tokens/s", title=f"cubicml-lab demo: GPT on {hw.get('cpu_count')} CPU cores")

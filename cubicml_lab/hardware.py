@@ -28,7 +28,7 @@ from typing import Any
 
 from .errors import MeasurementError
 
-__all__ = ["GpuTelemetry", "device_peak_flops", "hardware_info", "host_record", "parse_smi_sample",
+__all__ = ["GpuTelemetry", "default_device", "device_peak_flops", "hardware_info", "host_record", "parse_smi_sample",
            "peak_memory_gib", "reset_peak_memory", "summarize_telemetry", "tune_cpu_allocator"]
 
 
@@ -128,6 +128,13 @@ def _nvidia_driver() -> str | None:
         return out.stdout.strip().splitlines()[0] or None
     except (OSError, subprocess.SubprocessError, IndexError):
         return None
+
+
+def default_device() -> str:
+    """``"cuda"`` when this process sees a CUDA device, else ``"cpu"`` (imports torch)."""
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def hardware_info(device: str = "cpu") -> dict[str, Any]:

@@ -25,7 +25,8 @@ from pathlib import Path
 import pytest
 
 from cubicml_lab.errors import ConfigError, LaunchError
-from cubicml_lab.launch import InProcess, Launcher, Subprocess, measure
+from cubicml_lab.launch import (InProcess, Launcher, Subprocess, measure, measure_repeats,
+                                repeat_spread)
 from cubicml_lab.measure import TrialResult
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -390,3 +391,32 @@ def test_memory_limit_passes_a_tiny_config_and_stops_a_huge_one_as_oom() -> None
     assert "allocate memory" in res.error
     assert "tokens_per_s" not in res.metrics
     assert res.config["vocab"] == 2**20
+
+
+@pytest.mark.slow
+def test_measure_repeats_interleaves_and_sums_up():
+    configs = [{**TINY, "micro_batch": 2}, {**TINY, "micro_batch": 4}]
+    df = measure_repeats("gpt", configs, repeats=2, progress=False,
+                                    measure_options={"max_time_s": 0.2, "warmup_max_s": 0.3,
+                                                     "min_steps": 3})
+    assert df["config"].tolist() == [0, 1, 0, 1] and df["repeat"].tolist() == [0, 0, 1, 1]
+    assert (df["status"] == "ok").all() and (df["micro_batch"] == [2, 4, 2, 4]).all()
+    spread = repeat_spread(df)
+    assert spread["ok_runs"].tolist() == [2, 2]
+    for i, row in spread.iterrows():
+        times = df.loc[df["config"] == i, "step_time_s"]
+        assert row["spread_pct"] == pytest.approx(100 * (times.max() - times.min())
+                                                  / times.median())
+
+
+def test_measure_repeats_refuses_bad_input_before_running():
+    with pytest.raises(ConfigError, match="repeats"):
+        measure_repeats("gpt", [{}], repeats=0)
+    with pytest.raises(ConfigError, match="non-empty list"):
+        measure_repeats("gpt", [], repeats=2)
+    with pytest.raises(ConfigError, match="micro_bach"):
+        measure_repeats("gpt", [{"micro_batch": 2}, {"micro_bach": 2}], repeats=2)
+    import pandas as pd
+
+    with pytest.raises(ConfigError, match="tokens_per_s"):
+        repeat_spread(pd.DataFrame({"config": [0], "status": ["ok"]}), "tokens_per_s")

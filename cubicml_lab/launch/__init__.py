@@ -13,6 +13,9 @@ launcher is how the same notebook moves from a laptop to a GPU box or a cluster:
 A Slurm launcher (a job per trial through submitit) is planned on the same interface: each
 implements :meth:`Launcher.run` and :meth:`Launcher.describe`.
 
+:func:`measure_repeats` measures several configurations several times, interleaved, and
+:func:`repeat_spread` says how far the repeats spread: the noise a predictor must live with.
+
 Importing this package imports no torch.
 """
 
@@ -27,9 +30,12 @@ from .subprocess import Subprocess
 from .torchrun import Torchrun
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from ..measure import TrialResult
 
-__all__ = ["InProcess", "Launcher", "Subprocess", "Torchrun", "measure"]
+__all__ = ["InProcess", "Launcher", "Subprocess", "Torchrun", "measure", "measure_repeats",
+           "repeat_spread"]
 
 
 def measure(
@@ -94,3 +100,79 @@ def measure(
     if measure_options:
         spec["measure"] = dict(measure_options)
     return launcher.run(spec)
+
+
+def measure_repeats(
+    workload: str,
+    configs: list[dict[str, Any]],
+    *,
+    repeats: int = 3,
+    launcher: Launcher | None = None,
+    device: str = "cpu",
+    measure_options: dict[str, Any] | None = None,
+    progress: bool = True,
+) -> pd.DataFrame:
+    """Measure each configuration ``repeats`` times, interleaved, and return every result.
+
+    Interleaving (config 1, 2, ..., then again) makes a slow drift of the machine hit every
+    configuration alike instead of biasing whichever ran last. Each measurement is one
+    :func:`measure` call (use ``launcher=Subprocess()`` for a fresh process each time: a
+    repeat then includes the process-to-process variation too).
+
+    Args:
+        workload: Registered workload name.
+        configs: Knob values of each configuration (checked before anything runs).
+        repeats: Measurements per configuration (>= 1).
+        launcher, device, measure_options: As :func:`measure`.
+        progress: Show a tqdm bar.
+
+    Returns:
+        One row per measurement: ``config`` (its index), ``repeat``, ``status``, the knob
+        values, and every metric (``step_time_s``, ``tokens_per_s`` or ``samples_per_s``,
+        ...). :func:`repeat_spread` sums it up.
+    """
+    import pandas as pd
+    from tqdm.auto import tqdm
+
+    from ..workloads import get
+
+    if not isinstance(repeats, int) or isinstance(repeats, bool) or repeats < 1:
+        raise ConfigError(f"repeats = {repeats!r} must be an int >= 1", hint="e.g. repeats=3")
+    if not isinstance(configs, (list, tuple)) or not configs:
+        raise ConfigError("configs must be a non-empty list of config dicts",
+                          hint='e.g. [{"micro_batch": 8}, {"micro_batch": 16}]')
+    for cfg in configs:  # fail in the cell that wrote the typo, before the first measurement
+        get(workload).resolve(dict(cfg))
+    rows = []
+    with tqdm(total=repeats * len(configs), unit="measurement", disable=not progress) as bar:
+        for r in range(repeats):
+            for i, cfg in enumerate(configs):
+                res = measure(workload, dict(cfg), launcher=launcher, device=device,
+                              measure_options=measure_options)
+                rows.append({"config": i, "repeat": r, "status": res.status, **cfg,
+                             **res.metrics})
+                bar.update()
+    return pd.DataFrame(rows)
+
+
+def repeat_spread(df: pd.DataFrame, metric: str = "step_time_s") -> pd.DataFrame:
+    """Per configuration of :func:`measure_repeats` output: median, spread and count of ok runs.
+
+    The spread is ``(max - min) / median`` in percent: with 5 repeats, the range a sixth
+    measurement would likely fall in.
+
+    Example:
+        >>> import pandas as pd
+        >>> df = pd.DataFrame({"config": [0, 0, 0], "status": ["ok"] * 3,
+        ...                    "step_time_s": [1.0, 1.02, 0.98]})
+        >>> round(float(repeat_spread(df)["spread_pct"].iloc[0]), 1)
+        4.0
+    """
+    if metric not in df:
+        raise ConfigError(f"no column {metric!r} in the measurements",
+                          hint=f"columns: {', '.join(map(str, df.columns))}")
+    ok = df[df["status"] == "ok"]
+    grouped = ok.groupby("config")[metric]
+    out = grouped.agg(["median", "min", "max", "count"])
+    out["spread_pct"] = 100 * (out["max"] - out["min"]) / out["median"]
+    return out.rename(columns={"count": "ok_runs"})
