@@ -1,4 +1,5 @@
-# cubicml-lab: `make demo` (set-up + a real co-design campaign on the CPU), `make test` (what CI runs).
+# cubicml-lab: `make demo` (set-up + a real co-design campaign on the CPU), `make lab` (JupyterLab
+# on the notebooks), `make test` (what CI runs).
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
@@ -6,13 +7,16 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --quiet --disable-pip-version-check
 TORCH_PIN := torch==2.13.0
 STAMP := $(VENV)/.installed
+# Extra `jupyter lab` options: LAB_ARGS="--no-browser --port 8899 --IdentityProvider.token=abc"
+LAB_ARGS ?=
 
-.PHONY: install demo test test-fast test-gpu lint-imports notebooks clean help
+.PHONY: install demo lab test test-fast test-gpu lint-imports notebooks clean help
 
 help:
 	@echo "make demo       create .venv, install, run a real co-design campaign on the CPU (~4 min)"
+	@echo "make lab        JupyterLab on notebooks/ with the cubicml-lab kernel (~10 s once installed)"
 	@echo "make test       the whole suite but GPU tests (what CI runs)"
-	@echo "make test-fast  the inner loop: no slow, notebook, slurm or gpu tests (~1 min)"
+	@echo "make test-fast  the inner loop: no slow, notebook, browser, slurm or gpu tests (~1 min)"
 	@echo "make test-gpu   the tests that need CUDA"
 	@echo "make notebooks  regenerate notebooks/*.ipynb from their .py twins"
 
@@ -37,13 +41,31 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(VENV)/bin/cubicml-lab demo
 
+# JupyterLab in notebooks/: registers this venv's kernel as `cubicml-lab`, installs nbstripout's git
+# filter into .git/config (the tracked .gitattributes names it: `git diff` and commits never carry
+# outputs, cell ids are kept), and jupytext (notebooks/jupytext.toml) saves each notebook's .py twin
+# with it. As root (CI, containers) it adds --allow-root.
+lab: $(STAMP)
+	@$(PY) -c "import jupyterlab, jupytext, nbstripout" 2>/dev/null || $(PIP) install -e ".[notebooks]"
+	@$(PY) -m ipykernel install --sys-prefix --name cubicml-lab \
+	  --display-name "Python (cubicml-lab)" >/dev/null
+	@if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then \
+	  git config filter.nbstripout.clean '"$(CURDIR)/$(PY)" -m nbstripout --keep-id'; \
+	  git config filter.nbstripout.smudge cat; \
+	  git config filter.nbstripout.required true; \
+	  git config filter.nbstripout.extrakeys "metadata.language_info"; \
+	  git config diff.ipynb.textconv '"$(CURDIR)/$(PY)" -m nbstripout --keep-id -t'; \
+	fi
+	cd notebooks && exec ../$(VENV)/bin/jupyter lab \
+	  $$([ "$$(id -u)" = 0 ] && echo --allow-root) $(LAB_ARGS)
+
 test: $(STAMP)
 	@if [ "$${CI:-}" = "true" ] && [ "$$(id -u)" = "0" ]; then bash .ci/system-deps; fi
 	$(VENV)/bin/lint-imports --no-cache
 	$(PY) -m pytest -m "not gpu" --durations=15
 
 test-fast: $(STAMP)
-	$(PY) -m pytest -m "not slow and not notebook and not slurm and not gpu" -q
+	$(PY) -m pytest -m "not slow and not notebook and not browser and not slurm and not gpu" -q
 
 test-gpu: $(STAMP)
 	$(PY) -m pytest -m gpu -s -rs
@@ -51,5 +73,8 @@ test-gpu: $(STAMP)
 notebooks: $(STAMP)
 	$(VENV)/bin/jupytext --to ipynb --update notebooks/*.py
 
+# also drops the git filter `make lab` installed, whose command lives in the venv
 clean:
+	-@git config --remove-section filter.nbstripout 2>/dev/null; \
+	  git config --remove-section diff.ipynb 2>/dev/null
 	rm -rf $(VENV) runs .pytest_cache

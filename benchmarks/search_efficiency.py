@@ -25,6 +25,10 @@ dependency). TPE proposes any combination of knob values; one that is not an unt
 is snapped to the nearest untried row (normalised encoding), which is what its trial then
 measures; out-of-memory rows are told to Optuna as failed trials, as a user would.
 
+The loop and the figures are the library's: :func:`cubicml_lab.search.compare_searchers` (its
+``workers`` processes run the replays of one table side by side) and
+:func:`cubicml_lab.search.summarize_searches`; this script adds TPE and prints them.
+
 Run (2 worker processes, one thread each):
     .venv/bin/python benchmarks/search_efficiency.py                           # all, 10 seeds
     .venv/bin/python benchmarks/search_efficiency.py --tables lucie7b_seq2k --seeds 3
@@ -33,19 +37,17 @@ Run (2 worker processes, one thread each):
 from __future__ import annotations
 
 import argparse
-import concurrent.futures as cf
 import functools
-import math
 import os
 import sys
 import time
-from collections import defaultdict
 
 import numpy as np
 
 LLM_MODEL = "llm_cluster_model"
 SEARCHERS = ("bo", "bo-cost", "random", "guided", "tpe")
 CHECKPOINTS = (10, 25, 50)
+KINDS = {"bo": "BayesianSearch", "random": "RandomSearch", "guided": "PredictorGuidedSearch"}
 
 
 @functools.lru_cache(maxsize=None)
@@ -62,23 +64,23 @@ def oracle(name: str):
     return cml.TableObjective.from_dataset(dataset(name), reduce="first")
 
 
-def make_searcher(kind: str, obj, seed: int, table: str):
-    import cubicml_lab as cml
+def factories(table: str, kinds: list[str]) -> dict:
+    """Label -> ``seed -> searcher`` for the searchers that apply to ``table``."""
+    from cubicml_lab.search import searcher_factory
 
-    args = dict(objective=obj.objective, candidates=obj.configs(), seed=seed)
-    if kind == "bo":
-        return cml.BayesianSearch(obj.space, **args)
-    if kind == "bo-cost":
-        ds = dataset(table)
-        return cml.BayesianSearch(obj.space, cost_model=ds.cost_model, features=ds.features,
-                                  **args)
-    if kind == "random":
-        return cml.RandomSearch(obj.space, **args)
-    if kind == "guided":
-        return cml.PredictorGuidedSearch(obj.space, **args)
-    if kind == "tpe":
-        return TPE(obj, seed)
-    raise ValueError(kind)
+    obj, ds = oracle(table), dataset(table)
+    out = {}
+    for kind in kinds:
+        if kind in KINDS:
+            out[kind] = searcher_factory(obj, KINDS[kind])
+        elif kind == "bo-cost" and ds.cost_model is not None:
+            out[kind] = searcher_factory(obj, "BayesianSearch", cost_model=ds.cost_model,
+                                         features=ds.features)
+        elif kind == "tpe":
+            out[kind] = functools.partial(TPE, obj)
+        elif kind != "bo-cost":
+            raise SystemExit(f"unknown searcher {kind!r}; known: {', '.join(SEARCHERS)}")
+    return out
 
 
 class TPE:
@@ -144,85 +146,68 @@ class TPE:
             state=state.COMPLETE if status == "ok" else state.FAIL))
 
 
-def replay(table: str, kind: str, seed: int, budget: int) -> dict:
-    """One search: the true best value after each trial, and the seconds it took."""
-    import torch
+def summarise(table: str, runs, budget: int) -> None:
+    """Print the figures of one table (module docstring) from its stacked replays."""
+    from cubicml_lab.search import summarize_searches
 
-    torch.set_num_threads(1)
-    obj = oracle(table)
-    t0 = time.perf_counter()
-    df = obj.replay(make_searcher(kind, obj, seed, table), budget)
-    return {"table": table, "searcher": kind, "seed": seed,
-            "trace": df["best"].fillna(-math.inf).tolist(),
-            "seconds": time.perf_counter() - t0}
-
-
-def trials_to(trace: list[float], target: float) -> int | None:
-    for i, v in enumerate(trace):
-        if v >= target:
-            return i + 1
-    return None
-
-
-def summarise(table: str, runs: dict[str, list[dict]], budget: int) -> dict:
     obj = oracle(table)
     _, best = obj.best()
+    summary = summarize_searches(runs, within_pct=(5, 1), after=CHECKPOINTS)
     print(f"\n{table}: {len(obj)} configurations ({obj.n_ok} ok, {obj.n_failed} failed/oom), "
-          f"best {obj.objective} {best:.4g}; budget {budget}, {len(next(iter(runs.values())))} "
+          f"best {obj.objective} {best:.4g}; budget {budget}, {int(summary['seeds'].max())} "
           "seeds")
     print(f"  {'searcher':<8} {'to 5% (med [q1,q3]) got':>26} {'to 1% (med [q1,q3]) got':>26} "
           + " ".join(f"{'regret@' + str(c):>14}" for c in CHECKPOINTS) + f" {'s/run':>6}")
-    out = {}
-    for kind, rs in runs.items():
-        row = {}
+    for kind, row in summary.iterrows():
         cells = []
-        for tol in (0.05, 0.01):
-            hits = [trials_to(r["trace"], best * (1 - tol)) for r in rs]
-            n = [h if h is not None else len(r["trace"]) + 1 for h, r in zip(hits, rs)]
-            q1, med, q3 = np.percentile(n, [25, 50, 75])
-            got = sum(h is not None for h in hits)
-            mark = ">" if med > max(len(r["trace"]) for r in rs) else ""
-            cells.append(f"{mark}{med:>4.0f} [{q1:>3.0f},{q3:>3.0f}] {got:>2}/{len(rs)}")
-            row[f"to{int(tol * 100)}"] = (med, got)
-        regs = []
-        for c in CHECKPOINTS:
-            vals = [obj.regret(r["trace"][min(c, len(r["trace"])) - 1]) if
-                    math.isfinite(r["trace"][min(c, len(r["trace"])) - 1]) else 1.0 for r in rs]
-            q1, med, q3 = np.percentile(vals, [25, 50, 75])
-            regs.append(f"{100 * med:>5.1f}% [{100 * q3:>4.1f}]")
-            row[f"regret{c}"] = med
-        secs = np.median([r["seconds"] for r in rs])
+        for p in (5, 1):
+            med, got = row[f"to_{p}pct"], int(row[f"to_{p}pct_reached"])
+            mark = ">" if med > row["trials"] else ""
+            cells.append(f"{mark}{med:>4.0f} [{row[f'to_{p}pct_q25']:>3.0f},"
+                         f"{row[f'to_{p}pct_q75']:>3.0f}] {got:>2}/{int(row['seeds'])}")
+        regs = [f"{row[f'regret_pct_at_{c}']:>5.1f}% [{row[f'regret_pct_at_{c}_q75']:>4.1f}]"
+                if f"regret_pct_at_{c}" in row else f"{'-':>14}" for c in CHECKPOINTS]
         print(f"  {kind:<8} {cells[0]:>26} {cells[1]:>26} " + " ".join(f"{s:>14}" for s in regs)
-              + f" {secs:>6.1f}")
-        out[kind] = row
+              + f" {row['search_s']:>6.1f}")
+    targets(summary)
+
+
+def targets(summary) -> None:
+    """Issue 5's targets: BO's median regret at 25 and 50 below random's and TPE's, and BO
+    within 1 % in at most half random search's median trials."""
     for name in ("bo", "bo-cost"):
-        if name not in out:
+        if name not in summary.index:
             continue
         for c in (25, 50):
-            others = {k: out[k][f"regret{c}"] for k in ("random", "tpe") if k in out}
-            bo = out[name][f"regret{c}"]
+            col = f"regret_pct_at_{c}"
+            if col not in summary.columns:
+                continue
+            others = {k: summary.loc[k, col] for k in ("random", "tpe") if k in summary.index}
+            bo = summary.loc[name, col]
             verdict = ("met" if all(bo < v for v in others.values())
                        else "met or tied at 0 (all found the best)"
                        if all(bo < v or bo == v == 0 for v in others.values()) else "MISSED")
-            print(f"  target regret@{c}: {name} {100 * bo:.2f}% vs "
-                  + ", ".join(f"{k} {100 * v:.2f}%" for k, v in others.items())
-                  + f" -> {verdict}")
-        if "random" in out and out["random"]["to1"][1] > 0:
-            r_med, b_med = out["random"]["to1"][0], out[name]["to1"][0]
+            print(f"  target regret@{c}: {name} {bo:.2f}% vs "
+                  + ", ".join(f"{k} {v:.2f}%" for k, v in others.items()) + f" -> {verdict}")
+        if "random" in summary.index and summary.loc["random", "to_1pct_reached"] > 0:
+            r_med, b_med = summary.loc["random", "to_1pct"], summary.loc[name, "to_1pct"]
             print(f"  target to-1%: {name} median {b_med:.0f} vs random {r_med:.0f} (half: "
                   f"{r_med / 2:.1f}) -> {'met' if b_med <= r_med / 2 else 'MISSED'}")
-    return out
 
 
 def main() -> None:
     from cubicml_lab import datasets
+    from cubicml_lab.search import compare_searchers
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tables", nargs="*", default=None)
-    parser.add_argument("--searchers", nargs="*", default=list(SEARCHERS))
-    parser.add_argument("--seeds", type=int, default=10)
-    parser.add_argument("--budget", type=int, default=50)
-    parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
+    parser.add_argument("--tables", nargs="*", default=None,
+                        help=f"datasets to replay on (default: all, and {LLM_MODEL})")
+    parser.add_argument("--searchers", nargs="*", default=list(SEARCHERS),
+                        help=f"among {', '.join(SEARCHERS)} (default: all)")
+    parser.add_argument("--seeds", type=int, default=10, help="seeds per searcher (default 10)")
+    parser.add_argument("--budget", type=int, default=50, help="trials per search (default 50)")
+    parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
+                        help="worker processes (default: up to 2)")
     args = parser.parse_args()
     tables = args.tables or [*datasets.names(), LLM_MODEL]
     usable = []
@@ -232,23 +217,16 @@ def main() -> None:
             usable.append(t)
         except Exception as err:  # noqa: BLE001 - a missing dataset file: say so, go on
             print(f"{t}: skipped ({type(err).__name__}: {str(err).splitlines()[0]})")
-    jobs = [(t, k, s) for t in usable for k in args.searchers for s in range(args.seeds)
-            if k != "bo-cost" or dataset(t).cost_model is not None]
-    print(f"{len(jobs)} searches ({len(usable)} tables x {len(args.searchers)} searchers x "
+    plan = {t: factories(t, args.searchers) for t in usable}
+    n = sum(len(f) for f in plan.values()) * args.seeds
+    print(f"{n} searches ({len(usable)} tables x {len(args.searchers)} searchers x "
           f"{args.seeds} seeds), budget {args.budget}, {args.jobs} processes")
-    from tqdm.auto import tqdm
-
-    results: dict[str, dict[str, list[dict]]] = defaultdict(lambda: defaultdict(list))
     t0 = time.perf_counter()
-    with cf.ProcessPoolExecutor(args.jobs) as pool:
-        futs = [pool.submit(replay, t, k, s, args.budget) for t, k, s in jobs]
-        for f in tqdm(cf.as_completed(futs), total=len(futs), unit="search",
-                      disable=not sys.stderr.isatty()):
-            r = f.result()
-            results[r["table"]][r["searcher"]].append(r)
+    results = {t: compare_searchers(oracle(t), plan[t], args.budget, args.seeds,
+                                    workers=args.jobs, progress=sys.stderr.isatty())
+               for t in usable}
     for t in usable:
-        summarise(t, {k: sorted(results[t][k], key=lambda r: r["seed"])
-                      for k in args.searchers if results[t][k]}, args.budget)
+        summarise(t, results[t], args.budget)
     print(f"\n({time.perf_counter() - t0:.0f} s)")
 
 

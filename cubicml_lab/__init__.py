@@ -46,6 +46,7 @@ _LAZY = {
     "datasets": ("cubicml_lab.datasets", None),
     "launch": ("cubicml_lab.launch", None),
     "plots": ("cubicml_lab.plots", None),
+    "widgets": ("cubicml_lab.widgets", None),
     "TrialResult": ("cubicml_lab.measure", "TrialResult"),
 }
 
@@ -75,6 +76,7 @@ __all__ = [
     "learning_curve",
     "measure",
     "plots",
+    "widgets",
     "workloads",
 ]
 

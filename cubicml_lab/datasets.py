@@ -390,6 +390,8 @@ class _MPTCost:
     per-micro-batch fixed costs (n_layers per micro-batch's tokens). GPU, precision and GPU
     count are left to the GP's kernel."""
 
+    term_names = ("flops", "fsdp", "overhead")
+
     def __init__(self, df: pd.DataFrame) -> None:
         # n_params = the model's weights + its learned position embeddings (d_model x seq_len)
         first = df.groupby("model")[["n_params", "seq_len"]].first()
@@ -419,6 +421,8 @@ class _LucieCost:
     tensor-parallel activation all-reduces, ``L h (tp - 1) / tp``; and the data-parallel
     gradient all-reduce per token and GPU, ``N / (tp pp) * (dp - 1) / dp * n_gpus / tokens``
     per step. Zero where a kind of parallelism is off (tp, pp or dp = 1)."""
+
+    term_names = ("compute", "bubble", "tp", "dp")
 
     LAYERS, HIDDEN, MLP, VOCAB = 32, 4096, 11008, 32000
 
@@ -452,6 +456,9 @@ class _SweepCost:
 
         self.workload, self.fn = workload, fn
         self._terms = getattr({"gpt": gpt, "dlrm": dlrm}[workload], fn)
+        for names in ("term_names", "feature_names"):  # the wrapped function's value names
+            if hasattr(self._terms, names):
+                setattr(self, names, getattr(self._terms, names))
         self._base = {**get(workload).default_config(), **constants}
 
     def __call__(self, config: Mapping[str, Any]) -> list[float]:

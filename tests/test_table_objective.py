@@ -224,6 +224,16 @@ def test_replay_costs_a_trial_per_oom_and_tracks_regret(bloom):
                                                                "value"].isna().all()
     with pytest.raises(SearchError, match="budget = 0 must be a positive int"):
         obj.replay(s, budget=0)
+    assert np.allclose(df["regret_pct"], 100 * df["regret"])
+    assert (df["elapsed_s"] >= 0).all() and df["elapsed_s"].is_monotonic_increasing
+
+
+def test_reset_restarts_the_random_draws():
+    obj = TableObjective(_repeats(), reduce="random", seed=5)
+    first = [obj({"tp": 1, "recompute": "none"}).status for _ in range(12)]
+    obj.reset()
+    assert obj.n_calls == 0
+    assert [obj({"tp": 1, "recompute": "none"}).status for _ in range(12)] == first
 
 
 @pytest.mark.slow

@@ -6,16 +6,19 @@ log(objective) and maximises noisy expected improvement over the pool;
 :class:`PredictorGuidedSearch` (the CubicML paper's loop) fits an MLP predictor and launches its
 predicted top-k. Importing this package does not import torch; BoTorch loads at the first
 Bayesian-optimisation step. :class:`TableObjective` replays a search offline against a table of
-measured (or modelled) configurations.
+measured (or modelled) configurations, and :func:`compare_searchers` replays several searchers
+with several seeds, which :func:`summarize_searches` sums up.
 """
 
 from __future__ import annotations
 
 from .base import Searcher
 from .bayesian import BayesianSearch
+from .compare import compare_searchers, searcher_factory, summarize_searches
 from .guided import PredictorGuidedSearch
+from .proposal import Proposal
 from .random import RandomSearch
 from .table import TableObjective, TableResult
 
-__all__ = ["BayesianSearch", "PredictorGuidedSearch", "RandomSearch", "Searcher", "TableObjective",
-           "TableResult"]
+__all__ = ["BayesianSearch", "PredictorGuidedSearch", "Proposal", "RandomSearch", "Searcher", "TableObjective",
+           "TableResult", "compare_searchers", "searcher_factory", "summarize_searches"]

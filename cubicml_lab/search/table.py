@@ -39,6 +39,7 @@ Example:
 from __future__ import annotations
 
 import math
+import time
 import zlib
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -330,8 +331,10 @@ class TableObjective:
         Returns:
             DataFrame with ``trial`` (1-based), ``status``, ``value`` (the objective, NaN unless
             ok), ``best`` (best ok value so far in the searcher's direction, NaN before the
-            first), ``regret`` (of ``best`` against the table's true best; 1.0 before any ok
-            trial) and one column per knob.
+            first), ``regret`` (of ``best`` against the table's true best, a fraction; 1.0
+            before any ok trial), ``regret_pct`` (the same in percent), ``elapsed_s`` (seconds
+            the searcher's asks and tells took so far; the table answers in microseconds) and
+            one column per knob.
 
         Raises:
             SearchError: If ``budget`` or ``batch`` is not a positive int.
@@ -352,21 +355,33 @@ class TableObjective:
         sign = 1.0 if direction == "maximize" else -1.0
         rows: list[dict[str, Any]] = []
         best = math.nan
+        elapsed_s = 0.0
         while len(rows) < min(budget, len(self._rows)):
+            t0 = time.perf_counter()
             try:
                 asked = searcher.ask(min(batch, budget - len(rows)))
             except SearchError:  # the pool ran out
                 break
+            elapsed_s += time.perf_counter() - t0
             for config in asked:
                 res = self(config)
+                t0 = time.perf_counter()
                 searcher.tell(config, res.values, status=res.status)
+                elapsed_s += time.perf_counter() - t0
                 value = res.values[self.objective] if res.status == "ok" else math.nan
                 if res.status == "ok" and not (sign * value <= sign * best):
                     best = value
                 regret = self.regret(best, direction) if math.isfinite(best) else 1.0
                 rows.append({"trial": len(rows) + 1, "status": res.status, "value": value,
-                             "best": best, "regret": regret, **res.config})
+                             "best": best, "regret": regret, "regret_pct": 100.0 * regret,
+                             "elapsed_s": elapsed_s, **res.config})
         return pd.DataFrame(rows)
+
+    def reset(self) -> None:
+        """Forget how many times each configuration was asked: ``reduce="random"`` draws start
+        over and :attr:`n_calls` is 0, so a replay after ``reset()`` answers as on a fresh
+        objective."""
+        self._calls.clear()
 
     def __repr__(self) -> str:
         return (f"TableObjective({len(self.table)} rows, {len(self._rows)} configurations, "

@@ -49,6 +49,11 @@ GP of before (an RBF kernel over the knobs only) at 0.809 and the plain GP at 0.
 (``benchmarks/predictor_quality.py``, 5 draws). A scratch ablation over 10 other draws put
 each step at +0.01 to +0.02: Matern instead of RBF, the cost terms in the kernel, the features.
 
+What the fit learned: :meth:`GPPredictor.cost_shares` splits each configuration's modelled
+cost between the cost model's terms (named by its ``term_names``), :meth:`GPPredictor.importance`
+reads the kernel's lengthscales per knob; :mod:`cubicml_lab.surrogate.explain` has the
+model-agnostic views (partial dependence, knob importance).
+
 Example:
     >>> from cubicml_lab.space import Space, PowerOfTwo
     >>> space = Space([PowerOfTwo("micro_batch", 1, 64)])
@@ -73,6 +78,7 @@ from ..errors import PredictorError
 from .base import BasePredictor, _as_float_array, one_thread
 
 if TYPE_CHECKING:
+    import pandas as pd
     import torch
 
     from ..space import Space
@@ -424,6 +430,110 @@ class GPPredictor(BasePredictor):
             model.mean_module.b.fill_(float(t.mean()))
         return model
 
+    # -- what the fit learned -------------------------------------------------------------------
+    def term_names(self) -> list[str]:
+        """Names of the cost model's terms: its ``term_names`` attribute (a tuple of str, e.g.
+        :func:`cubicml_lab.workloads.gpt.cost_terms`'s), else ``"term 0"``, ``"term 1"``, ...
+
+        Raises:
+            PredictorError: Without a cost model, before :meth:`fit`, or when ``term_names``
+                does not name every term.
+        """
+        self._require_cost_model("term_names")
+        return _names(self.cost_model, "term_names", "term", self._n_terms)
+
+    def cost_shares(self, configs: Sequence[dict]) -> pd.DataFrame:
+        """Share of each cost term in the fitted prior mean's cost, per configuration.
+
+        The cost-model mean is ``b + c * log(sum_i w_i t_i)`` (module doc) with fitted weights
+        ``w_i`` (up to a common factor). The share of term ``i`` in a configuration is
+        ``w_i t_i / sum_j w_j t_j``: where the cost model says a step's time goes (a term that
+        is 0 for a configuration has share 0). The kernel also sees the log cost terms and may
+        take up part of what they explain, so read the shares as the mean's view.
+
+        Args:
+            configs: n configurations of the space.
+
+        Returns:
+            DataFrame of shape (n, k), one column per term (:meth:`term_names`), rows summing
+            to 1, in the order of ``configs``.
+
+        Raises:
+            PredictorError: Without a cost model, before :meth:`fit`, or on configurations
+                outside the space or that the cost model rejects.
+
+        Example:
+            >>> from cubicml_lab.space import Space, PowerOfTwo
+            >>> space = Space([PowerOfTwo("micro_batch", 1, 64)])
+            >>> def terms(cfg): return [1.0, 16.0 / cfg["micro_batch"]]
+            >>> cfgs = space.enumerate()
+            >>> pred = GPPredictor(space, cost_model=terms).fit(
+            ...     cfgs, [1e4 / sum(terms(c)) for c in cfgs])
+            >>> shares = pred.cost_shares([{"micro_batch": 1}, {"micro_batch": 64}])
+            >>> [round(float(s), 1) for s in shares["term 1"]]
+            [0.9, 0.2]
+        """
+        import pandas as pd
+        import torch
+
+        self._require_cost_model("cost_shares")
+        configs = list(configs)
+        BasePredictor._encode(self, configs, "configs")  # the space's checks
+        logs = self._logs("cost_model", self.cost_model, configs, "configs", self._n_terms)
+        mean = self.model.mean_module
+        with torch.no_grad():
+            shares = torch.softmax(mean.a - mean.shift + logs, dim=1).numpy()
+        return pd.DataFrame(shares, columns=self.term_names())
+
+    def importance(self) -> pd.Series:
+        """How much each kernel input matters to the GP's kernel: ``1 / lengthscale``.
+
+        Each input is scaled to [0, 1] over the space's range (derived inputs over the fit's
+        range) before the kernel sees it, so relevances compare across inputs: the kernel
+        forgets a configuration's neighbour at a distance of about one lengthscale. A
+        ``Choice`` knob's one-hot columns are summarised by the largest relevance among them.
+        With ``features`` or a ``cost_model`` their log inputs follow as ``"feature <name>"``
+        and ``"cost <name>"``. This is the kernel's view only: what the cost-model mean
+        explains does not show here. For the whole model's view, per knob, use
+        :func:`~cubicml_lab.surrogate.knob_importance`, which also works for an MLP.
+
+        Returns:
+            Series named ``"relevance"`` (1 / lengthscale), indexed by knob (then derived
+            input), sorted descending.
+
+        Raises:
+            PredictorError: Before :meth:`fit`, or with ``categorical="mixed"`` (its kernel has
+                no single lengthscale per knob).
+        """
+        import pandas as pd
+
+        self._check_fitted()
+        if self.categorical == "mixed":
+            raise PredictorError("importance() needs categorical='onehot': the mixed kernel has "
+                                 "no single lengthscale per knob",
+                                 hint="use cubicml_lab.surrogate.knob_importance(pred, configs)")
+        kernel = self.model.covar_module
+        while getattr(kernel, "base_kernel", None) is not None:  # a ScaleKernel around it
+            kernel = kernel.base_kernel
+        relevance = 1.0 / kernel.lengthscale.detach().reshape(-1).numpy()
+        owners = [p.name for p in self.space.parameters for _ in p.encoded_names()]
+        if self.features is not None:
+            owners += [f"feature {n}" for n in _names(self.features, "feature_names", "",
+                                                     self._n_feats)]
+        if self.cost_model is not None:
+            owners += [f"cost {n}" for n in self.term_names()]
+        out = pd.Series(relevance, index=owners).groupby(level=0, sort=False).max()
+        return out.sort_values(ascending=False, kind="stable").rename("relevance")
+
+    def _require_cost_model(self, what: str) -> None:
+        if self.cost_model is None:
+            raise PredictorError(f"{what}() needs a cost model, and this GPPredictor has none",
+                                 hint="fit GPPredictor(space, cost_model=...), e.g. "
+                                      "cost_model=cml.datasets.load(name).cost_model")
+        if self.model is None:
+            raise PredictorError(f"{what}() called before fit",
+                                 hint="call pred.fit(configs, values) first")
+
     # -- prediction -----------------------------------------------------------------------------
     def _posterior(self, configs: Sequence[dict]) -> tuple[np.ndarray, np.ndarray]:
         """Posterior mean and variance of the latent function in model units, shape (n,) each."""
@@ -495,6 +605,18 @@ def _raise_bad_row(name: str, row: Any, i: int, what: str, positive: bool,
         f"{name}({what}[{i}]) = {row!r:.80} is not {width} finite number(s) {rule}",
         hint="return the same number of values for every configuration"
              + ("" if positive else " (0 where a term does not apply)"))
+
+
+def _names(fn: Any, attr: str, prefix: str, count: int) -> list[str]:
+    """``fn.<attr>`` (a tuple of ``count`` names) or ``"<prefix> 0"``, ``"<prefix> 1"``, ..."""
+    names = getattr(fn, attr, None)
+    if names is None:
+        return [f"{prefix} {i}".strip() for i in range(count)]
+    names = [str(n) for n in names]
+    if len(names) != count:
+        raise PredictorError(f"{fn!r:.60}.{attr} has {len(names)} names for {count} values",
+                             hint=f"give {attr} one name per value the function returns")
+    return names
 
 
 def _matern_with_floor(columns: list[int]) -> Any:

@@ -121,6 +121,10 @@ def cost_terms(cfg: Mapping[str, Any]) -> list[float]:
     return [flops_per_step(cfg) / b, float(lookups), float(updates), 1.0 / b]
 
 
+#: Names of :func:`cost_terms`' values, in order (``GPPredictor.cost_shares`` columns).
+cost_terms.term_names = ("flops", "lookups", "table_updates", "overhead")
+
+
 @lru_cache(maxsize=1)
 def _classes() -> tuple[type, type, type]:
     """Define the torch modules on first use, so that importing this module needs no torch."""

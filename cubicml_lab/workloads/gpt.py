@@ -132,6 +132,10 @@ def cost_terms(cfg: Mapping[str, Any]) -> list[float]:
     return [float(flops), float(weights), activations, float(overhead)]
 
 
+#: Names of :func:`cost_terms`' values, in order (``GPPredictor.cost_shares`` columns).
+cost_terms.term_names = ("flops", "weights", "activations", "overhead")
+
+
 def shape_features(cfg: Mapping[str, Any]) -> list[float]:
     """Sizes that set how efficiently a step's kernels run, for a GP's derived inputs
     (``GPPredictor(space, features=...)``): the GP sees their logs next to the knobs, so that
@@ -155,6 +159,11 @@ def shape_features(cfg: Mapping[str, Any]) -> list[float]:
     scores = cfg["seq_len"] * cfg["n_heads"] * cfg["n_layers"]
     return [float(tokens), float(tokens * cfg["d_model"]), float(tokens * cfg["vocab"]),
             float(1 + scores)]
+
+
+#: Names of :func:`shape_features`' values, in order (``GPPredictor.importance`` labels).
+shape_features.feature_names = ("tokens", "tokens_x_d_model", "tokens_x_vocab",
+                                "attention_scores")
 
 
 @lru_cache(maxsize=1)

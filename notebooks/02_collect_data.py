@@ -1,0 +1,150 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 02 · Collecting training-speed data you can trust
+#
+# **Question.** A predictor of training speed learns only from measurements. What does one
+# measurement of a real training job hold? How far apart do repeats of the same configuration
+# land on this machine? And how do the same cells run a job on several processes, on a GPU, or
+# on another launcher? We measure the `gpt` workload (a small decoder-only transformer on
+# synthetic tokens) on the CPU. Where CUDA is present we use it instead.
+#
+# Runtime: about 5 minutes on 2 CPU cores at the full budget; a GPU is used when present, not
+# needed.
+
+# %%
+import os
+from pathlib import Path
+
+import cubicml_lab as cml
+from cubicml_lab.hardware import default_device
+
+# %% tags=["parameters"]
+SMOKE = os.environ.get("CUBICML_LAB_SMOKE") == "1"  # CI runs the notebook with tiny budgets
+DEVICE = default_device()  # "cuda" when this kernel sees a GPU
+WORKLOAD = "gpt"
+MODEL = {"d_model": 64, "n_layers": 2, "n_heads": 4, "seq_len": 64}  # held fixed
+CONFIGS = [{"micro_batch": 4}, {"micro_batch": 16}, {"micro_batch": 16, "recompute": "full"},
+           {"micro_batch": 16, "precision": "bf16"}][:2 if SMOKE else 4]  # repeats measure these
+REPEATS = 2 if SMOKE else 5  # fresh-process measurements per configuration
+MEASURE = {"max_time_s": 0.5, "warmup_max_s": 0.5} if SMOKE else {"max_time_s": 3.0}
+BUDGET = 2 if SMOKE else 12  # trials of the small collection campaign
+NPROC = 2  # processes of the torchrun example
+ROOT = Path.cwd().parent if Path.cwd().name == "notebooks" else Path.cwd()
+RUNS = Path(os.environ.get("CUBICML_LAB_RUNS", ROOT / "runs"))  # git-ignored
+RUNS.mkdir(parents=True, exist_ok=True)
+STORE = RUNS / "collect.sqlite"
+SEED = 0
+if SMOKE:
+    print("SMOKE RUN: tiny budgets; the numbers below test the notebook, they are not results.")
+
+# %% [markdown]
+# ## 1. One measurement
+# `cml.measure` builds the model, trains it for a few steps that it throws away (warm-up),
+# then times windows of steps until the median step time is known to within 2% or the time
+# budget runs out. On a GPU the clock is a pair of CUDA events; on a CPU it is the wall clock.
+# The result carries the figures, how sure they are (`step_time_rel_ci`: half-width of the 95%
+# interval of the median, relative), memory, and the machine it ran on.
+
+# %%
+result = cml.measure(WORKLOAD, {**MODEL, **CONFIGS[0]}, device=DEVICE, measure_options=MEASURE)
+result
+
+# %% [markdown]
+# ## 2. Repeats: how much does the same measurement move?
+# Each configuration is measured `REPEATS` times, each time in a fresh Python process and
+# interleaved with the others. A fresh process is what a campaign's trial gets, so the spread
+# below is the noise the predictor has to live with. The spread is `(max - min) / median` of the
+# step times, in percent.
+
+# %%
+repeats = cml.launch.measure_repeats(
+    WORKLOAD, [{**MODEL, **c} for c in CONFIGS], repeats=REPEATS, device=DEVICE,
+    launcher=cml.launch.Subprocess(timeout_s=300), measure_options=MEASURE)
+repeats.to_csv(RUNS / "collect_repeats.csv", index=False)
+spread = cml.launch.repeat_spread(repeats, "step_time_s")
+spread.index = [str(c) for c in CONFIGS]
+spread.round(4)
+
+# %%
+ax = repeats[repeats["status"] == "ok"].boxplot(column="tokens_per_s", by="config", grid=False,
+                                                 figsize=(6, 3.2))
+ax.set_xlabel("configuration (index into CONFIGS)")
+ax.set_ylabel("tokens/s")
+ax.set_title(f"{REPEATS} fresh-process repeats per configuration")
+ax.figure.suptitle("")
+ax.figure.savefig(RUNS / "collect_repeats.png", dpi=120, bbox_inches="tight")
+
+# %% [markdown]
+# ## 3. Several processes: `Torchrun`
+# The same call with another launcher trains with FSDP2 across `NPROC` processes (gloo on the
+# CPU, NCCL on GPUs). `dp_shard=-1` shards over every process, and the slowest rank's time
+# counts. On a 2-core CPU two processes split the same cores, so this shows the mechanics, not
+# a speed-up.
+
+# %%
+dist = cml.measure(WORKLOAD, {**MODEL, **CONFIGS[1], "dp_shard": -1, "threads": 1},
+                   launcher=cml.launch.Torchrun(NPROC, timeout_s=300), device=DEVICE,
+                   measure_options=MEASURE)
+dist
+
+# %% [markdown]
+# ## 4. Into the store: a small collection campaign
+# A `Campaign` measures configurations one after another and writes every trial, failures
+# included, to one SQLite file. Here a random search covers micro-batch, recompute and precision.
+# Re-running the cell resumes the campaign where it stopped.
+
+# %%
+space = cml.Space([cml.PowerOfTwo("micro_batch", 1, 32), cml.Choice("recompute", ["none", "full"]),
+                   cml.Choice("precision", ["fp32", "bf16"])])
+store = cml.TrialStore(STORE)
+campaign = cml.Campaign("collect-smoke" if SMOKE else "collect", space, workload=WORKLOAD,
+                        launcher=cml.launch.Subprocess(timeout_s=300), device=DEVICE,
+                        searcher=cml.RandomSearch(space, seed=SEED), store=store,
+                        measure_options=MEASURE, fixed=MODEL)
+table = campaign.run(budget=BUDGET)
+store
+
+# %%
+table[["trial_id", "status", *space.names, "tokens_per_s", "step_time_rel_ci",
+       "peak_mem_gib"]].set_index("trial_id").round(3)
+
+# %% [markdown]
+# ## 5. The same cells elsewhere: change the launcher
+# Only the launcher (and the device) changes between a laptop, a GPU box and a cluster:
+#
+# ```python
+# cml.launch.Subprocess(timeout_s=600)                     # this machine, a process per trial
+# cml.launch.Torchrun(8, timeout_s=1800)                   # one 8-GPU box, one job per trial
+# cml.launch.Torchrun(8, nnodes=2, node_rank=0, master_addr="node0")   # two nodes, by hand
+# ```
+#
+# A scheduler launcher (Slurm, through submitit) plugs into the same interface. The next cell
+# runs a trial on the GPU when this kernel has one, and says so when it does not.
+
+# %%
+if DEVICE == "cuda":
+    gpu = cml.measure(WORKLOAD, {**MODEL, "micro_batch": 16, "precision": "bf16"},
+                      device="cuda", measure_options=MEASURE)
+    print(gpu.status, {k: gpu.metrics.get(k) for k in ("tokens_per_s", "mfu", "peak_mem_gib")})
+else:
+    print("no CUDA device in this kernel: the GPU cell is skipped (CPU results above)")
+
+# %%
+store.export(RUNS / "collect.parquet", campaign.name)
+store.close()
+
+# %% [markdown]
+# ## What we found
+# (Written from a full-budget run; see the README's notebook table for its runtime.)

@@ -1,0 +1,153 @@
+"""`make lab` for the tests: a free port, a token, its own process group, a stop that frees it.
+
+Used by tests/test_lab.py and tests/test_browser.py. The server is started exactly as a person
+starts it (`make lab`, with LAB_ARGS for the port and token), so that the tests prove the command
+the README documents. Stopping sends SIGTERM to the whole process group (make and jupyter): the
+server then shuts its kernels down (they run in sessions of their own, which a SIGKILL of the group
+would leave behind); SIGKILL follows only if the group outlives the grace period.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def port_is_free(port: int) -> bool:
+    """Whether nothing accepts connections on 127.0.0.1:``port`` and a server could bind it."""
+    with socket.socket() as probe:
+        probe.settimeout(1.0)
+        if probe.connect_ex(("127.0.0.1", port)) == 0:
+            return False
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as tornado binds
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+class LabServer:
+    """`make lab` on 127.0.0.1 with a token, in its own process group.
+
+    Args:
+        log_path: file that receives make's and JupyterLab's output.
+        token: the server's token (``--IdentityProvider.token``).
+        env: extra environment variables; a value of None removes the variable.
+        extra_args: more `jupyter lab` options, appended to LAB_ARGS.
+    """
+
+    def __init__(self, log_path: Path, token: str = "cubicml-lab-test", *,
+                 env: dict[str, str | None] | None = None, extra_args: tuple[str, ...] = ()):
+        self.log_path, self.token, self.extra_args = Path(log_path), token, extra_args
+        self.env = dict(os.environ)
+        for key, value in (env or {}).items():
+            if value is None:
+                self.env.pop(key, None)
+            else:
+                self.env[key] = value
+        self.port = free_port()
+        self.proc: subprocess.Popen | None = None
+        self.answered_after_s: float | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def lab_args(self) -> str:
+        args = ["--no-browser", "--ip=127.0.0.1", f"--port={self.port}",
+                "--ServerApp.port_retries=0", f"--IdentityProvider.token={self.token}",
+                # no calls to the internet from the server (news feed, update check)
+                "--LabApp.news_url=None",
+                "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+                *self.extra_args]
+        return " ".join(args)
+
+    def start(self, timeout_s: float = 300.0) -> LabServer:
+        """Run `make lab`; wait until /api/status answers (else AssertionError with the log)."""
+        log = open(self.log_path, "wb")  # noqa: SIM115 - closed when the process ends
+        t0 = time.monotonic()
+        self.proc = subprocess.Popen(
+            ["make", "--no-print-directory", "lab", f"LAB_ARGS={self.lab_args()}"], cwd=REPO,
+            env=self.env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+            start_new_session=True)
+        log.close()
+        while time.monotonic() - t0 < timeout_s:
+            if self.proc.poll() is not None:
+                raise AssertionError(
+                    f"`make lab` exited with {self.proc.returncode}:\n{self.log_tail()}")
+            try:
+                self.get("/api/status")
+                self.answered_after_s = time.monotonic() - t0
+                return self
+            except (urllib.error.URLError, ConnectionError, OSError):
+                time.sleep(0.5)
+        self.stop()
+        raise AssertionError(f"`make lab` did not answer in {timeout_s:.0f} s:\n{self.log_tail()}")
+
+    def request(self, method: str, path: str, body: dict | None = None, *,
+                token: bool = True) -> dict | None:
+        """Call the server's REST API; the decoded JSON answer (None for an empty one)."""
+        headers = {"Content-Type": "application/json"}
+        if token:
+            headers["Authorization"] = f"token {self.token}"
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(self.url + path, data=data, headers=headers, method=method)
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            raw = resp.read()
+        return json.loads(raw) if raw else None
+
+    def get(self, path: str, *, token: bool = True) -> dict:
+        """GET ``path`` from the server's REST API and decode the JSON answer."""
+        return self.request("GET", path, token=token)
+
+    def log_tail(self, n_chars: int = 4000) -> str:
+        if not self.log_path.exists():
+            return ""
+        return self.log_path.read_text(errors="replace")[-n_chars:]
+
+    def group_alive(self) -> bool:
+        """Whether any process of the server's process group is still running."""
+        try:
+            os.killpg(self.proc.pid, 0)
+        except ProcessLookupError:
+            return False
+        return True
+
+    def stop(self, grace_s: float = 30.0) -> None:
+        """SIGTERM the process group, wait for it to go, SIGKILL whatever outlives ``grace_s``."""
+        if self.proc is None:
+            return
+        try:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        deadline = time.monotonic() + grace_s
+        while time.monotonic() < deadline and (self.proc.poll() is None or self.group_alive()):
+            time.sleep(0.2)
+        if self.group_alive():
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(timeout=10)
+
+    def __enter__(self) -> LabServer:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

@@ -1,0 +1,155 @@
+"""`make lab`: JupyterLab on 127.0.0.1 with the notebooks and the `cubicml-lab` kernel.
+
+The server is the one a person starts (`make lab` in this checkout, with LAB_ARGS for a free port
+and a token), in its own process group. The tests read its REST API, start the registered kernel,
+check that the checkout's `git status` is what it was, that the git filter `make lab` installs
+keeps a notebook saved with outputs out of `git diff`, and that stopping it frees the port.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import urllib.error
+from pathlib import Path
+
+import pytest
+from lab_server import REPO, LabServer, port_is_free
+
+pytestmark = pytest.mark.slow
+
+NOTEBOOKS = sorted(p.name for p in (REPO / "notebooks").glob("*.ipynb"))
+
+
+def _git(*args: str, cwd: Path = REPO, check: bool = True) -> subprocess.CompletedProcess:
+    return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, check=check)
+
+
+def _in_git_checkout() -> bool:
+    return shutil.which("git") is not None and (REPO / ".git").exists()
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    pytest.importorskip("jupyterlab", reason="JupyterLab is not installed: `make install` "
+                        "(or pip install -e '.[notebooks]')")
+    if shutil.which("make") is None:
+        pytest.skip("`make lab` needs make (apt-get install make)")
+    status_before = _git("status", "--porcelain").stdout if _in_git_checkout() else None
+    tmp = tmp_path_factory.mktemp("lab")
+    server = LabServer(tmp / "lab.log", env={"JUPYTER_RUNTIME_DIR": str(tmp / "runtime")})
+    server.status_before = status_before
+    with server:
+        yield server
+
+
+def test_answers_on_localhost_only_with_the_token(lab):
+    assert lab.get("/api/status")["kernels"] == 0
+    with pytest.raises(urllib.error.HTTPError) as denied:
+        lab.get("/api/contents/", token=False)
+    assert denied.value.code == 403
+    print(f"`make lab` answered after {lab.answered_after_s:.1f} s")
+
+
+def test_contents_lists_every_notebook(lab):
+    listing = {item["name"]: item["type"] for item in lab.get("/api/contents/")["content"]}
+    assert NOTEBOOKS, "no notebooks/*.ipynb in the checkout"
+    missing = [name for name in NOTEBOOKS if listing.get(name) != "notebook"]
+    assert not missing, f"not listed as notebooks: {missing} (listing: {listing})"
+    model = lab.get(f"/api/contents/{NOTEBOOKS[0]}")
+    assert model["type"] == "notebook" and model["content"]["cells"]
+
+
+def test_cubicml_lab_kernel_is_registered_and_imports_this_checkout(lab):
+    BlockingKernelClient = pytest.importorskip("jupyter_client").BlockingKernelClient
+    specs = lab.get("/api/kernelspecs")["kernelspecs"]
+    assert "cubicml-lab" in specs, f"kernels: {sorted(specs)}"
+    spec = specs["cubicml-lab"]["spec"]
+    assert spec["display_name"] == "Python (cubicml-lab)"
+    assert Path(spec["argv"][0]).parent.resolve() == (REPO / ".venv" / "bin").resolve()
+    kernel = lab.request("POST", "/api/kernels", {"name": "cubicml-lab"})
+    client = BlockingKernelClient()
+    try:
+        runtime = Path(lab.env["JUPYTER_RUNTIME_DIR"])
+        client.load_connection_file(runtime / f"kernel-{kernel['id']}.json")
+        client.start_channels()
+        client.wait_for_ready(timeout=120)
+        printed: list[str] = []
+
+        def on_output(msg: dict) -> None:
+            printed.append(msg["content"].get("text", ""))
+
+        code = "import sys, cubicml_lab\nprint(sys.prefix, cubicml_lab.__file__, sep='\\n')"
+        reply = client.execute_interactive(code, timeout=120, output_hook=on_output)
+        assert reply["content"]["status"] == "ok", reply["content"]
+    finally:
+        client.stop_channels()
+        lab.request("DELETE", f"/api/kernels/{kernel['id']}")
+    prefix, package = "".join(printed).strip().splitlines()
+    assert Path(prefix).resolve() == (REPO / ".venv").resolve()
+    assert Path(package).resolve().is_relative_to(REPO.resolve()), package
+
+
+def test_checkout_stays_clean(lab):
+    if lab.status_before is None:
+        pytest.skip("not a git checkout")
+    assert _git("status", "--porcelain").stdout == lab.status_before
+    assert _git("check-attr", "filter", "diff", "--", "notebooks/x.ipynb").stdout.split("\n")[:2] \
+        == ["notebooks/x.ipynb: filter: nbstripout", "notebooks/x.ipynb: diff: ipynb"]
+
+
+def _saved_in_jupyterlab(nb: dict, edit: str | None = None) -> dict:
+    """What JupyterLab writes after running a notebook: outputs, counts, kernel and widget state."""
+    nb = json.loads(json.dumps(nb))
+    code = [c for c in nb["cells"] if c["cell_type"] == "code"]
+    for count, cell in enumerate(code, 1):
+        cell["execution_count"] = count
+        cell["metadata"]["execution"] = {"iopub.status.idle": "2026-01-01T00:00:00.000000Z"}
+        cell["outputs"] = [
+            {"output_type": "stream", "name": "stdout", "text": ["tokens_per_s 1234.5\n"]},
+            {"output_type": "display_data", "metadata": {},
+             "data": {"image/png": "iVBORw0KGgo=", "text/plain": ["<Figure size 640x480>"]}}]
+    if edit is not None:
+        code[0]["source"] = [edit + "\n"] + code[0]["source"]
+    nb["metadata"]["language_info"] = {"name": "python", "version": "3.11.7"}
+    nb["metadata"]["widgets"] = {"application/vnd.jupyter.widget-state+json": {"state": {}}}
+    return nb
+
+
+def test_git_filter_keeps_outputs_out_of_git(lab, tmp_path):
+    if not _in_git_checkout():
+        pytest.skip("not a git checkout")
+    filters = _git("config", "--get-regexp", r"^(filter\.nbstripout|diff\.ipynb)\.").stdout
+    assert "nbstripout" in filters, "`make lab` did not install the nbstripout git filter"
+    repo = tmp_path / "clone"
+    repo.mkdir()
+    _git("init", "-q", cwd=repo)
+    for line in filters.splitlines():
+        key, value = line.split(" ", 1)
+        _git("config", key, value, cwd=repo)
+    shutil.copy(REPO / ".gitattributes", repo / ".gitattributes")
+    nb_path = repo / NOTEBOOKS[0]
+    shutil.copy(REPO / "notebooks" / NOTEBOOKS[0], nb_path)
+    _git("add", "-A", cwd=repo)
+    _git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "stripped", cwd=repo)
+    stripped = json.loads(nb_path.read_text())
+
+    nb_path.write_text(json.dumps(_saved_in_jupyterlab(stripped), indent=1) + "\n")
+    assert _git("diff", "--exit-code", cwd=repo, check=False).returncode == 0
+    _git("add", "-A", cwd=repo)
+    assert _git("diff", "--cached", "--exit-code", cwd=repo, check=False).returncode == 0
+    assert _git("status", "--porcelain", cwd=repo).stdout == ""
+
+    edit = "# edited in JupyterLab"
+    nb_path.write_text(json.dumps(_saved_in_jupyterlab(stripped, edit), indent=1) + "\n")
+    diff = _git("diff", cwd=repo).stdout
+    added = [ln for ln in diff.splitlines() if ln.startswith("+") and not ln.startswith("+++")]
+    assert len(added) == 1 and edit in added[0], diff
+
+
+def test_stop_frees_the_port(lab):
+    port = lab.port
+    lab.stop()
+    assert not lab.group_alive(), "a process of `make lab` outlived the stop"
+    assert port_is_free(port)
