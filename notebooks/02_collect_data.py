@@ -34,7 +34,8 @@ from cubicml_lab.hardware import default_device
 SMOKE = os.environ.get("CUBICML_LAB_SMOKE") == "1"  # CI runs the notebook with tiny budgets
 DEVICE = default_device()  # "cuda" when this kernel sees a GPU
 WORKLOAD = "gpt"
-MODEL = {"d_model": 64, "n_layers": 2, "n_heads": 4, "seq_len": 64}  # held fixed
+# held fixed; small, yet steps of 10-60 ms on 2 cores (much shorter steps are mostly noise)
+MODEL = {"d_model": 128, "n_layers": 2, "n_heads": 4, "seq_len": 128}
 CONFIGS = [{"micro_batch": 4}, {"micro_batch": 16}, {"micro_batch": 16, "recompute": "full"},
            {"micro_batch": 16, "precision": "bf16"}][:2 if SMOKE else 4]  # repeats measure these
 REPEATS = 2 if SMOKE else 5  # fresh-process measurements per configuration

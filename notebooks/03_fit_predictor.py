@@ -25,7 +25,7 @@
 #
 # Data: `dlrm_cpu_sweep`, 162 real training measurements of this lab's DLRM workload on a 2-core
 # CPU (`benchmarks/collect_cpu_sweeps.py`), 29 of them out of memory. `gpt_cpu_sweep` works the
-# same way. Runtime: about 3 minutes on 2 CPU cores (2.4 to 3.4 minutes measured); no GPU
+# same way. Runtime: about 30 seconds on 2 CPU cores (27 s measured); no GPU
 # needed.
 
 # %%

@@ -25,9 +25,9 @@
 # table has one) stand against the paper's MLP-guided search?
 #
 # Every trial is replayed from a measured table (`cml.TableObjective`): an out-of-memory row costs
-# a trial, as it would on the cluster. Runtime: about 4 minutes on 2 CPU cores at the full budget
-# (3 min 40 s measured on an otherwise idle machine; up to twice that when other jobs share it),
-# under a minute in smoke mode; no GPU needed.
+# a trial, as it would on the cluster. Runtime: about a minute on 2 CPU cores at the full budget
+# (52 s measured; the replays run in parallel processes), under a minute in smoke mode; no GPU
+# needed.
 
 # %%
 import os
@@ -95,8 +95,8 @@ bloom.table[bloom.knobs + [bloom.objective, "status"]].head()
 # %%
 oracles = {name: cml.TableObjective.from_dataset(tables[name]) for name in SEARCH_DATASETS}
 pd.DataFrame([{"dataset": name, "configurations": len(obj), "fail or oom": obj.n_failed,
-               f"best ({obj.objective})": round(obj.best()[1], 1), "best configuration":
-               obj.best()[0]} for name, obj in oracles.items()])
+               "objective": obj.objective, "best": round(obj.best()[1], 1),
+               "best configuration": obj.best()[0]} for name, obj in oracles.items()])
 
 # %% [markdown]
 # ## 4. (a) Predictor quality against the number of historical jobs
@@ -201,7 +201,7 @@ ax.figure.savefig(RUNS / "paper_speedup.png", dpi=120, bbox_inches="tight")
 # %% [markdown]
 # ## What we found
 # From the full run (4 seeds of 25 trials per searcher, learning curves over 2 draws per size;
-# 3 min 40 s on 2 CPU cores). Your figures will differ in the details: seeds and budgets are
+# 52 s on 2 CPU cores). Your figures will differ in the details: seeds and budgets are
 # parameters above.
 #
 # **(a) Predictors.** On this lab's GPT sweep (300 measured configurations), the analytical cost
