@@ -75,13 +75,45 @@ def _axes(ax: matplotlib.axes.Axes | None, size: tuple[float, float] = (5, 4)
 
 
 def _legend(ax: matplotlib.axes.Axes, where: str = "best") -> None:
-    """The one legend style: inside where it hides least (on a translucent frame), or below
-    the axes when the data fill them (``where="below"``)."""
-    if where == "below":
-        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=3, fontsize=8,
-                  frameon=False)
-    else:
-        ax.legend(loc="best", fontsize=8, framealpha=0.8)
+    """The one legend style: inside the axes on a translucent frame, where matplotlib finds it
+    hides least or else in a corner, as long as it hides no data point or line; otherwise below
+    the axes (always there with ``where="below"``)."""
+    if where != "below":
+        for loc in ("best", "lower right", "upper right", "lower left", "upper left"):
+            legend = ax.legend(loc=loc, fontsize=8, framealpha=0.8)
+            if not _hides_data(ax, legend):
+                return
+            legend.remove()
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=3, fontsize=8,
+              frameon=False)
+
+
+def _hides_data(ax: matplotlib.axes.Axes, legend: Any, pad_px: float = 3.0) -> bool:
+    """Whether ``legend`` covers a marker or a line of ``ax`` (both in display pixels; lines
+    are sampled between their vertices)."""
+    import numpy as np
+
+    renderer = ax.figure.canvas.get_renderer()
+    box = legend.get_window_extent(renderer).expanded(1.0, 1.0).padded(pad_px)
+    points = [c.get_offset_transform().transform(c.get_offsets()) for c in ax.collections
+              if len(c.get_offsets())]
+    for line in ax.get_lines():
+        xy = np.column_stack(line.get_data()).astype(float)
+        style = line.get_drawstyle()
+        if len(xy) > 1 and style in ("steps-post", "steps-pre", "steps"):  # the drawn corners
+            corner = (np.column_stack([xy[1:, 0], xy[:-1, 1]]) if style == "steps-post"
+                      else np.column_stack([xy[:-1, 0], xy[1:, 1]]))
+            xy = np.insert(xy, np.arange(1, len(xy)), corner, axis=0)
+        xy = line.get_transform().transform(xy)  # data, or axes units for axhline's x
+        if len(xy) > 1:  # 16 points per segment: a line under the legend counts too
+            t = np.linspace(0.0, 1.0, 16)[:, None, None]
+            xy = (xy[:-1][None] * (1 - t) + xy[1:][None] * t).reshape(-1, 2)
+        points.append(xy)
+    xy = np.concatenate(points) if points else np.empty((0, 2))
+    xy = xy[np.isfinite(xy).all(axis=1)]
+    inside = ((xy[:, 0] >= box.x0) & (xy[:, 0] <= box.x1) & (xy[:, 1] >= box.y0)
+              & (xy[:, 1] <= box.y1))
+    return bool(inside.any())
 
 
 def _integer_x(ax: matplotlib.axes.Axes) -> None:

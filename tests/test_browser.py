@@ -33,11 +33,14 @@ LAB_SETTINGS = {
     "@jupyterlab/docmanager-extension/plugin.jupyterlab-settings": {"autosave": False},
     "@jupyterlab/apputils-extension/notification.jupyterlab-settings":
         {"fetchNews": "false", "checkForUpdates": False},
+    # every cell stays in the page (JupyterLab 4 otherwise detaches cells scrolled out of view,
+    # and an error below the fold would go unseen)
+    "@jupyterlab/notebook-extension/tracker.jupyterlab-settings": {"windowingMode": "none"},
 }
 
-# Every code cell's prompt, the kernel status, and what the output areas hold. JupyterLab renders
-# an error and a stderr stream alike (mime type application/vnd.jupyter.stderr): an error is one
-# with a traceback or a line that starts with an exception's name (SyntaxError shows no traceback).
+# Every code cell's prompt, the kernel status, and what the output areas hold. An output is an
+# error when it holds a traceback or a line that starts with an exception's name (SyntaxError
+# shows no traceback); every output area is read, whatever its mime type.
 STATE_JS = """() => {
   const isError = (t) => /Traceback \\(most recent call last\\)|^\\w*(Error|Exception):/m.test(t);
   const panel = document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden)');
@@ -47,8 +50,7 @@ STATE_JS = """() => {
   return {
     kernel: indicator ? indicator.getAttribute('data-status') : null,
     prompts: q('.jp-CodeCell .jp-InputArea-prompt').map(e => e.textContent.trim()),
-    tracebacks: q('.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]')
-      .map(e => e.innerText).filter(isError),
+    tracebacks: q('.jp-OutputArea-output').map(e => e.innerText).filter(isError),
     widget_errors: q('.jp-OutputArea-output').map(e => e.innerText)
       .filter(t => t.includes('Error displaying widget')),
     images: q('.jp-OutputArea-output img').length,

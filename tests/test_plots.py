@@ -191,3 +191,31 @@ def test_feasibility_map_heatmap_and_measured_points():
                                                                     "measured: oom / failed"]
     assert fig.axes[1].get_ylabel() == "P(runs)"
     assert len(plots.plot_feasibility_map(grid).axes[0].collections) == 0
+
+
+def _markers_under_legend(ax) -> int:
+    """Scatter markers that the legend's box covers, even in part (display pixels)."""
+    import numpy as np
+
+    ax.figure.canvas.draw()
+    box = ax.get_legend().get_window_extent().padded(3)  # a marker's radius
+    xy = np.concatenate([c.get_offset_transform().transform(c.get_offsets())
+                         for c in ax.collections if len(c.get_offsets())])
+    return int(((xy[:, 0] >= box.x0) & (xy[:, 0] <= box.x1) & (xy[:, 1] >= box.y0)
+                & (xy[:, 1] <= box.y1)).sum())
+
+
+@pytest.mark.parametrize("points", [
+    # a campaign seen in the browser: the front's lightest point sat under matplotlib's "best"
+    [(17276, 0.516), (15835, 0.324), (12703, 0.327), (12808, 0.337), (11496, 0.395),
+     (3556, 0.384)],
+    # data in every corner and the middle: no place inside the axes is free
+    [(y, x) for y in (1, 5.5, 10) for x in (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)],
+])
+def test_legends_never_hide_a_marker(points):
+    df = pd.DataFrame({"throughput": [p[0] for p in points],
+                       "peak_mem_gib": [p[1] for p in points], "status": "ok"})
+    ax = plots.plot_pareto(df).axes[0]
+    assert _markers_under_legend(ax) == 0
+    best = plots.plot_best_so_far(df.assign(trial_id=range(len(df))), reference=4000).axes[0]
+    assert _markers_under_legend(best) == 0

@@ -61,7 +61,7 @@ def _set_png(out: W.Output, fig: Any, dpi: int = 80) -> None:
     """Show ``fig`` in ``out`` as one PNG, replacing what was there (no flicker, no kernel needed:
     the Output's state is set directly, so it also reaches JupyterLab from a callback)."""
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=dpi)
+    fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight")
     png = base64.b64encode(buf.getvalue()).decode("ascii")
     out.outputs = ({"output_type": "display_data", "metadata": {},
                     "data": {"image/png": png, "text/plain": "<best-so-far figure>"}},)

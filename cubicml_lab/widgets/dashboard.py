@@ -206,7 +206,7 @@ class CampaignDashboard(W.VBox):
         self.status.value = _text(" · ".join(parts), "font-weight: bold")
 
     def _draw_figure(self) -> None:
-        from .plots import plot_best_so_far
+        from ..plots import plot_best_so_far
 
         if not any(t.status in FINAL_STATUSES for t in self.trials):
             self.figure.outputs = ()
