@@ -26,6 +26,7 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-
 SCREENSHOTS = REPO / "runs" / "browser"
 NOTEBOOKS = os.environ.get("CUBICML_LAB_BROWSER_NOTEBOOKS", "04_codesign_search").split(",")
 WIDGET_NOTEBOOKS = {"04_codesign_search"}  # notebooks that show the CampaignDashboard widget
+NO_FIGURE_NOTEBOOKS = {"01_define_space"}  # notebooks that draw no figure (nothing is measured)
 RUN_TIMEOUT_S = 600.0
 # JupyterLab settings for the test's server only: no autosave (the run must not write the
 # checkout's notebook), no news or update prompts over the page.
@@ -166,7 +167,8 @@ def test_launcher_lists_notebooks_and_kernel(lab, browser):
 def test_notebook_runs_all_cells_in_jupyterlab(lab, browser, name):
     assert (REPO / "notebooks" / f"{name}.ipynb").exists(), f"notebooks/{name}.ipynb missing"
     page = browser.new_page(viewport={"width": 1400, "height": 900})
-    page.goto(f"{lab.url}/lab/tree/{name}.ipynb?token={lab.token}")
+    # a workspace of its own: the shared one would reopen the notebooks of earlier tests beside it
+    page.goto(f"{lab.url}/lab/workspaces/test-{name}/tree/{name}.ipynb?token={lab.token}")
     page.wait_for_selector(".jp-NotebookPanel .jp-Cell", timeout=120_000)
     page.wait_for_function(KERNEL_READY_JS, timeout=180_000)
     page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(r"^Run$")).click()
@@ -182,7 +184,8 @@ def test_notebook_runs_all_cells_in_jupyterlab(lab, browser, name):
     assert not state["widget_errors"], state["widget_errors"]
     unrun = [i for i, p in enumerate(state["prompts"]) if not p[1:-2].isdigit()]
     assert not unrun, f"code cells {unrun} did not run (prompts {state['prompts']})"
-    assert state["images"] >= 1, "no figure was rendered"
+    if name not in NO_FIGURE_NOTEBOOKS:
+        assert state["images"] >= 1, "no figure was rendered"
     if name in WIDGET_NOTEBOOKS:
         assert state["widgets"] >= 1, "no ipywidget was rendered"
         assert state["dashboards"] >= 1, "the CampaignDashboard (.cubicml-dashboard) is not shown"
