@@ -45,7 +45,7 @@ if TYPE_CHECKING:
 __all__ = ["best_so_far_data", "campaign_figure", "learning_curve_data", "pareto_data",
            "plot_best_so_far", "plot_feasibility_map", "plot_importance", "plot_learning_curve",
            "plot_pareto", "plot_parity", "plot_partial_dependence",
-           "plot_regret_curves", "plot_slices", "regret_curves_data"]
+           "plot_regret_curves", "plot_repeats", "plot_slices", "regret_curves_data"]
 
 _LABELS = {"throughput": "throughput (units/s)", "tokens_per_s": "tokens/s",
            "samples_per_s": "samples/s", "step_time_s": "step time (s)",
@@ -178,6 +178,41 @@ def plot_best_so_far(df: pd.DataFrame, objective: str = "throughput", direction:
     ax.set_title("search progress")
     _integer_x(ax)
     _legend(ax)
+    return fig
+
+
+def plot_repeats(repeats: pd.DataFrame, metric: str = "throughput", *,
+                 labels: Sequence[str] | None = None, unit: str | None = None,
+                 ax: matplotlib.axes.Axes | None = None) -> matplotlib.figure.Figure:
+    """The spread of repeated measurements: one box per configuration, each ok run a dot.
+
+    Args:
+        repeats: One row per measurement with ``config`` (an index), ``status`` and ``metric``,
+            as :func:`cubicml_lab.launch.measure_repeats` returns.
+        metric: Column to draw, e.g. ``"tokens_per_s"``.
+        labels: Tick label per configuration index (default: the index).
+        unit: Unit for the axis label.
+    """
+    import numpy as np
+
+    _need(repeats, ["config", "status", metric], "plot_repeats")
+    ok = repeats[repeats["status"] == "ok"]
+    groups = sorted(ok["config"].unique())
+    data = [ok.loc[ok["config"] == g, metric].to_numpy(dtype=float) for g in groups]
+    fig, ax = _axes(ax, (6, 3.2))
+    if data:
+        ax.boxplot(data, widths=0.5, showfliers=False)
+    for i, values in enumerate(data, start=1):
+        ax.scatter(np.full(len(values), i), values, s=14, color="C0", alpha=0.6, zorder=3)
+    ax.set_xticks(range(1, len(groups) + 1),
+                  [str(labels[g]) if labels is not None else str(g) for g in groups],
+                  fontsize=8, rotation=12 if labels is not None else 0)
+    ax.set_xlabel("configuration")
+    ax.set_ylabel(_label(metric, unit))
+    runs = ok.groupby("config").size()
+    n = "no" if runs.empty else (f"{runs.min()}" if runs.nunique() == 1
+                                 else f"{runs.min()}-{runs.max()}")
+    ax.set_title(f"{n} ok fresh-process repeats per configuration")
     return fig
 
 

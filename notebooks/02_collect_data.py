@@ -79,13 +79,9 @@ spread.index = [str(c) for c in CONFIGS]
 spread.round(4)
 
 # %%
-ax = repeats[repeats["status"] == "ok"].boxplot(column="tokens_per_s", by="config", grid=False,
-                                                 figsize=(6, 3.2))
-ax.set_xlabel("configuration (index into CONFIGS)")
-ax.set_ylabel("tokens/s")
-ax.set_title(f"{REPEATS} fresh-process repeats per configuration")
-ax.figure.suptitle("")
-ax.figure.savefig(RUNS / "collect_repeats.png", dpi=120, bbox_inches="tight")
+fig = cml.plots.plot_repeats(repeats, "tokens_per_s", labels=[str(c) for c in CONFIGS],
+                            unit="tokens/s")
+fig.savefig(RUNS / "collect_repeats.png", dpi=120, bbox_inches="tight")
 
 # %% [markdown]
 # ## 3. Several processes: `Torchrun`

@@ -10,6 +10,7 @@ import pytest
 matplotlib.use("Agg")
 import pandas as pd  # noqa: E402
 
+from cubicml_lab import errors as cml_errors  # noqa: E402
 from cubicml_lab import plots  # noqa: E402
 
 
@@ -219,3 +220,18 @@ def test_legends_never_hide_a_marker(points):
     assert _markers_under_legend(ax) == 0
     best = plots.plot_best_so_far(df.assign(trial_id=range(len(df))), reference=4000).axes[0]
     assert _markers_under_legend(best) == 0
+
+
+def test_repeats_one_box_per_configuration_and_failures_left_out():
+    repeats = pd.DataFrame({"config": [0, 1, 0, 1, 0, 1], "status": ["ok", "ok", "ok", "oom",
+                                                                     "ok", "ok"],
+                            "tokens_per_s": [10.0, 20.0, 11.0, None, 12.0, 22.0]})
+    ax = plots.plot_repeats(repeats, "tokens_per_s", labels=["mb 4", "mb 16"],
+                            unit="tokens/s").axes[0]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["mb 4", "mb 16"]
+    dots = sorted(y for c in ax.collections for _, y in c.get_offsets())
+    assert dots == [10.0, 11.0, 12.0, 20.0, 22.0]  # the oom run is not drawn
+    assert ax.get_title() == "2-3 ok fresh-process repeats per configuration"
+    assert ax.get_ylabel() == "tokens_per_s (tokens/s)"
+    with pytest.raises(cml_errors.DataError, match="config"):
+        plots.plot_repeats(repeats.drop(columns="config"), "tokens_per_s")
