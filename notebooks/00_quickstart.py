@@ -20,7 +20,7 @@
 # jobs, store their measured speed, fit a Gaussian-process predictor of speed from the
 # configuration, and let Bayesian search pick the next jobs.
 #
-# Runtime: about 3 minutes on 2 CPU cores at the full budget; no GPU needed.
+# Runtime: about 1.5 minutes on 2 CPU cores at the full budget (73 s measured); no GPU needed.
 
 # %%
 import os
@@ -103,10 +103,13 @@ print(f"best {best_config}: {best_value:,.0f} tokens/s, {best_value / default_va
 
 # %% [markdown]
 # ## What we found
-# On the 2-core AMD EPYC this was written on (one `make demo`, 14 trials, about 2 minutes), the
-# search found micro-batch 16, 2 heads, bf16 autocast, no recomputation, 2 threads: about 32,000
-# tokens/s, 1.5x the default configuration's 21,000. Larger micro-batches amortise the per-step
-# overhead of a small model; bf16 autocast was faster than fp32 on that CPU (its bf16 matmuls
-# measured faster than fp32); recomputation only costs time when memory is not the constraint; one
-# thread is slower than two. The GP ranked the 14 trials with a leave-one-out Kendall tau of 0.87.
-# Your numbers are in the table and figure above: measured on your machine, not copied.
+# On the 2-core AMD EPYC this was written on (14 trials, 73 s for the whole notebook, idle
+# machine), the search found micro-batch 16, 2 heads, bf16 autocast, no recomputation, 2
+# threads: 67,900 tokens/s, 2.0x the default configuration's 34,000, at the last trial. Larger
+# micro-batches amortise the per-step overhead of a small model; bf16 autocast was faster than
+# fp32 on that CPU (its bf16 matmuls measured faster than fp32); recomputation only costs time
+# when memory is not the constraint (micro-batch 16 with it: 54,600); one thread is slower than
+# two. The GP ranked the 14 trials with a leave-one-out Kendall tau of 0.67; an earlier run of
+# the same cells gave 0.87. With 14 trials, a few repeats that land 10% apart (see
+# `02_collect_data`) move tau that much. Your numbers are in the table and figure above:
+# measured on your machine, not copied.
