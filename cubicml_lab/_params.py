@@ -1,7 +1,11 @@
 """Parameter types of a :class:`~cubicml_lab.Space`: what values each knob takes and how it encodes.
 
 Each parameter checks a value (normalising JSON/NumPy scalars: ``4.0`` for an Int becomes ``4``),
-lists its values when discrete, draws one uniformly, and encodes to floats for a Gaussian process:
+lists its values when discrete, draws one uniformly, and encodes to floats for a Gaussian process.
+An :class:`Int` never lists its range: its ``values()`` is a lazy ``range`` (length, membership and
+index in constant time), so ``Int("x", 0, 10**12)`` samples, checks and encodes as fast as
+``Int("x", 0, 10)``. Integer bounds stay within ``±2**53`` (:data:`MAX_INT`), the integers a
+float64 encoding holds exactly.
 
 ========== ============================== ==========================
 type       values                         encoded as
@@ -21,18 +25,49 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
+import reprlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from .errors import SpaceError
 
-__all__ = ["PARAM_TYPES", "Bool", "Choice", "Float", "Int", "Ordinal", "Parameter", "PowerOfTwo",
-           "param_from_dict"]
+__all__ = ["MAX_INT", "PARAM_TYPES", "Bool", "Choice", "Float", "Int", "Ordinal", "Parameter",
+           "PowerOfTwo", "brief", "param_from_dict"]
 
 Scalar = int | float | str | bool
+
+#: Largest magnitude of an Int or PowerOfTwo bound: float64 (the encoding) holds every integer up
+#: to 2**53 exactly, and no integer beyond it.
+MAX_INT = 2**53
+
+
+class _Brief(reprlib.Repr):
+    def repr_int(self, x: int, level: int) -> str:
+        if x.bit_length() > 128:  # repr() itself refuses past 4,300 digits
+            return f"<an int of {x.bit_length():,} bits>"
+        return super().repr_int(x, level)
+
+
+_REPR = _Brief()
+_REPR.maxstring = _REPR.maxother = 60
+_REPR.maxlong = 40
+_REPR.maxlevel = 3
+
+
+def brief(value: Any) -> str:
+    """``repr(value)`` cut short (long strings, big ints, deep or long containers elided).
+
+    Example:
+        >>> brief("x" * 1000)
+        "'xxxxxxxxxxxxxxxxxxxxxxxxxxx...xxxxxxxxxxxxxxxxxxxxxxxxxxxx'"
+        >>> brief(10 ** 5000)
+        '<an int of 16,610 bits>'
+    """
+    return _REPR.repr(value)
 
 
 def _scalar(value: Any) -> Any:
@@ -43,12 +78,45 @@ def _scalar(value: Any) -> Any:
 def _as_int(name: str, value: Any) -> int:
     value = _scalar(value)
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise SpaceError(f"parameter {name!r}: {value!r} is not an integer", hint="give an int")
+        raise SpaceError(f"parameter {name!r}: {brief(value)} is not an integer",
+                         hint="give an int")
     if isinstance(value, float):
         if not value.is_integer():
             raise SpaceError(f"parameter {name!r}: {value!r} is not an integer", hint="give an int")
         value = int(value)
     return value
+
+
+def _bound(kind: str, name: str, which: str, value: Any) -> int:
+    """An integer bound (low or high) of an Int or PowerOfTwo, within ±MAX_INT."""
+    v = _as_int(name, value)
+    if abs(v) > MAX_INT:
+        raise SpaceError(f"{kind} {name!r}: {which} = {brief(v)} is beyond ±2**53 = ±{MAX_INT:,}, "
+                         "the integers the float64 encoding holds exactly",
+                         hint="use Float(..., log=True) or count in larger units")
+    return v
+
+
+def _check_flag(kind: str, name: str, field_name: str, value: Any) -> bool:
+    value = _scalar(value)
+    if not isinstance(value, bool):
+        raise SpaceError(f"{kind} {name!r}: {field_name} = {brief(value)} is not True or False",
+                         hint=f"write {field_name}=True or {field_name}=False")
+    return value
+
+
+def _check_name(kind: str, name: Any) -> None:
+    if not isinstance(name, str) or not name.isidentifier():
+        raise SpaceError(f"{kind} name {brief(name)} is not a valid identifier",
+                         hint="use letters, digits and underscores, e.g. 'micro_batch'")
+
+
+def _index(values: Sequence[Any], value: Any) -> int:
+    """Position of ``value`` in ``values``, telling False from 0 and True from 1."""
+    for i, v in enumerate(values):
+        if type(v) is type(value) and v == value:
+            return i
+    return values.index(value)  # 4.0 for 4: numbers of another type (check() has normalised)
 
 
 @dataclass(frozen=True)
@@ -58,12 +126,15 @@ class Parameter:
     name: str
     kind: ClassVar[str] = ""
 
+    def __post_init__(self) -> None:
+        _check_name(type(self).__name__, self.name)
+
     @property
     def is_discrete(self) -> bool:
         return True
 
-    def values(self) -> list[Any]:
-        """Every allowed value, in order."""
+    def values(self) -> Sequence[Any]:
+        """Every allowed value, in order (a list, or a lazy ``range`` for :class:`Int`)."""
         raise NotImplementedError
 
     def check(self, value: Any) -> Any:
@@ -75,7 +146,7 @@ class Parameter:
             if isinstance(allowed, (int, float)) and not isinstance(allowed, bool) and \
                     isinstance(value, (int, float)) and not isinstance(value, bool) and allowed == value:
                 return allowed
-        raise SpaceError(f"parameter {self.name!r}: {value!r} is not allowed",
+        raise SpaceError(f"parameter {self.name!r}: {brief(value)} is not allowed",
                          hint=f"allowed values: {self.values()}")
 
     def draw(self, rng: random.Random) -> Any:
@@ -88,7 +159,7 @@ class Parameter:
         return [(0.0, float(len(self.values()) - 1))]
 
     def encode(self, value: Any) -> list[float]:
-        return [float(self.values().index(value))]
+        return [float(_index(self.values(), value))]
 
     def decode(self, row: Sequence[float]) -> Any:
         values = self.values()
@@ -112,8 +183,10 @@ class Int(Parameter):
     kind: ClassVar[str] = "int"
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "low", _as_int(self.name, self.low))
-        object.__setattr__(self, "high", _as_int(self.name, self.high))
+        super().__post_init__()
+        object.__setattr__(self, "low", _bound("Int", self.name, "low", self.low))
+        object.__setattr__(self, "high", _bound("Int", self.name, "high", self.high))
+        object.__setattr__(self, "log", _check_flag("Int", self.name, "log", self.log))
         if self.low > self.high:
             raise SpaceError(f"Int {self.name!r}: low = {self.low} > high = {self.high}",
                              hint="swap the bounds")
@@ -121,13 +194,15 @@ class Int(Parameter):
             raise SpaceError(f"Int {self.name!r}: log=True needs low >= 1, got {self.low}",
                              hint="raise low or drop log=True")
 
-    def values(self) -> list[int]:
-        return list(range(self.low, self.high + 1))
+    def values(self) -> range:
+        """``range(low, high + 1)``: lazy, so a wide Int is never listed."""
+        return range(self.low, self.high + 1)
 
     def check(self, value: Any) -> int:
         v = _as_int(self.name, value)
         if not self.low <= v <= self.high:
-            raise SpaceError(f"parameter {self.name!r}: {v} is outside [{self.low}, {self.high}]",
+            raise SpaceError(f"parameter {self.name!r}: {brief(v)} is outside "
+                             f"[{self.low}, {self.high}]",
                              hint=f"choose {self.low} <= {self.name} <= {self.high}")
         return v
 
@@ -144,8 +219,12 @@ class Int(Parameter):
         return [self._f(value)]
 
     def decode(self, row: Sequence[float]) -> int:
-        x = math.exp(row[0]) if self.log else row[0]
-        return min(max(int(round(float(x))), self.low), self.high)
+        if not self.log:
+            return min(max(int(round(float(row[0]))), self.low), self.high)
+        x = min(max(math.exp(min(float(row[0]), 40.0)), self.low), self.high)
+        near = {min(max(round(x) + d, self.low), self.high) for d in (-1, 0, 1)}
+        # the int whose log is nearest: exact up to ~1e14, past which neighbours share a float log
+        return min(near, key=lambda v: (abs(math.log(v) - float(row[0])), v))
 
 
 @dataclass(frozen=True)
@@ -157,8 +236,9 @@ class PowerOfTwo(Parameter):
     kind: ClassVar[str] = "power_of_two"
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         for bound in ("low", "high"):
-            v = _as_int(self.name, getattr(self, bound))
+            v = _bound("PowerOfTwo", self.name, bound, getattr(self, bound))
             if v < 1 or v & (v - 1):
                 raise SpaceError(f"PowerOfTwo {self.name!r}: {bound} = {v} is not a power of two",
                                  hint="use 1, 2, 4, 8, ...")
@@ -177,20 +257,25 @@ class PowerOfTwo(Parameter):
         return [math.log2(value)]
 
     def decode(self, row: Sequence[float]) -> int:
-        k = int(round(float(row[0])))
-        return min(max(1 << max(k, 0), self.low), self.high)
+        k = round(min(max(float(row[0]), math.log2(self.low)), math.log2(self.high)))
+        return 1 << k  # clamped before shifting: 1 << 10**300 would not end
 
 
 def _check_values(kind: str, name: str, values: Sequence[Any]) -> tuple[Any, ...]:
     if isinstance(values, (str, bytes)) or not isinstance(values, Sequence) or not values:
-        raise SpaceError(f"{kind} {name!r}: values must be a non-empty list, got {values!r}",
+        raise SpaceError(f"{kind} {name!r}: values must be a non-empty list, got {brief(values)}",
                          hint=f"e.g. {kind}({name!r}, ['a', 'b'])")
     out = tuple(_scalar(v) for v in values)
     for v in out:
         if not isinstance(v, (int, float, str, bool)):
-            raise SpaceError(f"{kind} {name!r}: value {v!r} is not a number, string or bool",
+            raise SpaceError(f"{kind} {name!r}: value {brief(v)} is not a number, string or bool",
                              hint="values are JSON scalars")
-    keys = [(type(v), v) for v in out]
+        if isinstance(v, float) and not math.isfinite(v):
+            raise SpaceError(f"{kind} {name!r}: value {v!r} is not a finite number",
+                             hint="list finite numbers, strings or bools")
+    # 1 and 1.0 are one value (a config may carry either); True and 1 are two
+    keys = [("number", v) if isinstance(v, (int, float)) and not isinstance(v, bool)
+            else (type(v), v) for v in out]
     if len(set(keys)) != len(keys):
         raise SpaceError(f"{kind} {name!r}: values {list(out)} contain duplicates",
                          hint="list each value once")
@@ -205,6 +290,7 @@ class Ordinal(Parameter):
     kind: ClassVar[str] = "ordinal"
 
     def __init__(self, name: str, values: Sequence[Scalar]) -> None:
+        _check_name("Ordinal", name)
         object.__setattr__(self, "name", name)
         object.__setattr__(self, "choices", _check_values("Ordinal", name, values))
 
@@ -222,6 +308,7 @@ class Choice(Ordinal):
     kind: ClassVar[str] = "choice"
 
     def __init__(self, name: str, values: Sequence[Scalar]) -> None:
+        _check_name("Choice", name)
         object.__setattr__(self, "name", name)
         object.__setattr__(self, "choices", _check_values("Choice", name, values))
 
@@ -232,7 +319,7 @@ class Choice(Ordinal):
         return [(0.0, 1.0)] * len(self.choices)
 
     def encode(self, value: Any) -> list[float]:
-        idx = [i for i, v in enumerate(self.choices) if type(v) is type(value) and v == value][0]
+        idx = _index(self.choices, value)
         return [1.0 if i == idx else 0.0 for i in range(len(self.choices))]
 
     def decode(self, row: Sequence[float]) -> Any:
@@ -262,6 +349,8 @@ class Float(Parameter):
     kind: ClassVar[str] = "float"
 
     def __post_init__(self) -> None:
+        super().__post_init__()
+        object.__setattr__(self, "log", _check_flag("Float", self.name, "log", self.log))
         for bound in ("low", "high"):
             v = _scalar(getattr(self, bound))
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
@@ -289,14 +378,16 @@ class Float(Parameter):
             raise SpaceError(f"parameter {self.name!r}: {v!r} is not a finite number",
                              hint=f"choose a number in [{self.low}, {self.high}]")
         if not self.low <= v <= self.high:
-            raise SpaceError(f"parameter {self.name!r}: {v} is outside [{self.low}, {self.high}]",
+            raise SpaceError(f"parameter {self.name!r}: {brief(v)} is outside "
+                             f"[{self.low}, {self.high}]",
                              hint=f"choose {self.low} <= {self.name} <= {self.high}")
         return float(v)
 
     def draw(self, rng: random.Random) -> float:
-        if self.log:
-            return math.exp(rng.uniform(math.log(self.low), math.log(self.high)))
-        return rng.uniform(self.low, self.high)
+        x = rng.uniform(math.log(self.low), math.log(self.high)) if self.log else \
+            rng.uniform(self.low, self.high)
+        # exp(log(3.0)) is 3.0000000000000004: clamp, so a draw never falls outside [low, high]
+        return min(max(math.exp(x) if self.log else x, self.low), self.high)
 
     def _f(self, v: float) -> float:
         return math.log(v) if self.log else float(v)
@@ -317,19 +408,46 @@ PARAM_TYPES: dict[str, type[Parameter]] = {
 }
 
 
-def param_from_dict(data: Mapping[str, Any]) -> Parameter:
-    """Build a parameter from its :meth:`Parameter.to_dict` form."""
-    if not isinstance(data, Mapping) or "type" not in data or "name" not in data:
-        raise SpaceError(f"parameter description {data!r} needs 'type' and 'name'",
-                         hint=f"types: {', '.join(PARAM_TYPES)}")
-    kind = data["type"]
-    cls = PARAM_TYPES.get(kind)
+def _fields(cls: type[Parameter]) -> list[str]:
+    """The keys a parameter of type ``cls`` takes in its dict form, besides type and name."""
+    if issubclass(cls, Ordinal):
+        return ["values"]
+    return [f.name for f in dataclasses.fields(cls) if f.name != "name"]
+
+
+def param_from_dict(data: Mapping[str, Any], where: str = "parameter") -> Parameter:
+    """Build a parameter from its :meth:`Parameter.to_dict` form.
+
+    Args:
+        data: E.g. ``{"type": "int", "name": "micro_batch", "low": 1, "high": 16}``.
+        where: How messages name it, e.g. ``"parameters[2]"``.
+
+    Raises:
+        SpaceError: On a non-mapping, a missing or unknown type, an unknown key or a bad value,
+            naming the field.
+    """
+    example = "{'type': 'int', 'name': 'micro_batch', 'low': 1, 'high': 16}"
+    if not isinstance(data, Mapping):
+        raise SpaceError(f"{where} must be a mapping, got {type(data).__name__} {brief(data)}",
+                         hint=f"write each parameter as a mapping, e.g. {example}")
+    missing = [k for k in ("type", "name") if k not in data]
+    if missing:
+        raise SpaceError(f"{where} {brief(dict(data))} has no {' or '.join(map(repr, missing))}",
+                         hint=f"e.g. {example}; types: {', '.join(PARAM_TYPES)}")
+    kind, name = data["type"], data["name"]
+    cls = PARAM_TYPES.get(kind) if isinstance(kind, str) else None
     if cls is None:
-        raise SpaceError(f"parameter {data['name']!r}: unknown type {kind!r}",
+        raise SpaceError(f"{where} {brief(name)}: unknown type {brief(kind)}",
                          hint=f"types: {', '.join(PARAM_TYPES)}")
-    kwargs = {k: v for k, v in data.items() if k != "type"}
+    allowed = _fields(cls)
+    extra = [k for k in data if k not in ("type", "name", *allowed)]
+    if extra:
+        raise SpaceError(f"{where} {brief(name)} ({kind}): unknown key(s) "
+                         f"{', '.join(map(brief, extra))}",
+                         hint=f"a {kind} parameter takes: type, name, {', '.join(allowed)}"
+                         if allowed else f"a {kind} parameter takes only type and name")
     try:
-        return cls(**kwargs)
-    except TypeError as err:
-        raise SpaceError(f"parameter {data['name']!r} ({kind}): {err}",
-                         hint="see Parameter.to_dict() for the fields of each type") from None
+        return cls(**{k: v for k, v in data.items() if k != "type"})
+    except TypeError as err:  # a required key missing (Ordinal/Choice 'values')
+        hint = f"a {kind} parameter takes: type, name, {', '.join(allowed)}"
+        raise SpaceError(f"{where} {brief(name)} ({kind}): {err}", hint=hint) from None

@@ -93,8 +93,7 @@ def _hides_data(ax: matplotlib.axes.Axes, legend: Any, pad_px: float = 3.0) -> b
     are sampled between their vertices)."""
     import numpy as np
 
-    renderer = ax.figure.canvas.get_renderer()
-    box = legend.get_window_extent(renderer).expanded(1.0, 1.0).padded(pad_px)
+    box = legend.get_window_extent().padded(pad_px)  # any canvas, pyplot's or a bare Figure
     points = [c.get_offset_transform().transform(c.get_offsets()) for c in ax.collections
               if len(c.get_offsets())]
     for line in ax.get_lines():

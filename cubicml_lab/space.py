@@ -33,7 +33,7 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ._expr import Expr
+from ._expr import Expr, check_value
 from ._params import (
     PARAM_TYPES,
     Bool,
@@ -43,6 +43,7 @@ from ._params import (
     Ordinal,
     Parameter,
     PowerOfTwo,
+    brief,
     param_from_dict,
 )
 from .errors import SpaceError
@@ -51,47 +52,119 @@ if TYPE_CHECKING:
     import numpy as np
     import torch
 
-__all__ = ["ENUMERATE_LIMIT", "PARAM_TYPES", "Bool", "Choice", "Float", "Int", "Ordinal",
-           "Parameter", "PowerOfTwo", "Space"]
+__all__ = ["ENUMERATE_LIMIT", "MAX_FILE_BYTES", "PARAM_TYPES", "Bool", "Choice", "Float", "Int",
+           "Ordinal", "Parameter", "PowerOfTwo", "Space"]
 
 #: Spaces whose unconstrained product is at most this big are enumerated exactly.
 ENUMERATE_LIMIT = 2_000_000
+#: Largest space file (YAML or JSON) read, in bytes; a space description is a few KiB.
+MAX_FILE_BYTES = 1 << 20
+_EXAMPLE = "Space([Int('micro_batch', 1, 16)], constraints=['micro_batch <= 8'])"
+
+
+def _parameter_list(parameters: Any) -> list[Parameter]:
+    """``parameters`` as a non-empty list of Parameter, or a SpaceError naming what it got."""
+    if isinstance(parameters, Parameter):
+        raise SpaceError(f"parameters must be a list; got the single parameter {parameters!r}",
+                         hint=f"wrap it in a list: Space([{parameters!r}])")
+    if isinstance(parameters, (str, bytes, Mapping)) or not isinstance(parameters, Iterable):
+        raise SpaceError(f"parameters must be a list of parameters; got {type(parameters).__name__}"
+                         f" {brief(parameters)}", hint=f"e.g. {_EXAMPLE}")
+    out = list(parameters)
+    if not out:
+        raise SpaceError("a Space needs a non-empty list of parameters", hint=f"e.g. {_EXAMPLE}")
+    for i, p in enumerate(out):
+        if not isinstance(p, Parameter):
+            raise SpaceError(f"parameters[{i}] = {brief(p)} is not a parameter",
+                             hint=f"use one of {', '.join(PARAM_TYPES)}")
+    return out
+
+
+def _string_list(field: str, value: Any) -> list[str]:
+    """``constraints`` as a list of strings; a bare string is refused, not read per character."""
+    if value is None:
+        return []
+    if isinstance(value, str):
+        raise SpaceError(f"{field} must be a list of strings; got the string {brief(value)}: "
+                         "wrap it in a list", hint=f"{field}=[{brief(value)}]")
+    if isinstance(value, (bytes, Mapping)) or not isinstance(value, Iterable):
+        raise SpaceError(f"{field} must be a list of strings; got {type(value).__name__} "
+                         f"{brief(value)}", hint=f"e.g. {field}=['tp * pp <= world_size']")
+    out = list(value)
+    for i, item in enumerate(out):
+        if not isinstance(item, str):
+            raise SpaceError(f"{field}[{i}] = {brief(item)} is not a string",
+                             hint="write each one as text, e.g. 'tp * pp <= world_size'")
+    return out
+
+
+def _mapping(field: str, value: Any, what: str, example: str) -> dict[Any, Any]:
+    """``constants``/``derived`` as a dict, or a SpaceError naming the field and what it got."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        got = "the string" if isinstance(value, str) else type(value).__name__
+        raise SpaceError(f"{field} must be a mapping of name -> {what}; got {got} {brief(value)}",
+                         hint=f"e.g. {field}={example}")
+    return dict(value)
+
+
+def _read_text(path: str | os.PathLike[str]) -> str:
+    """The UTF-8 text of a space file, or a SpaceError naming the path and what is wrong."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(MAX_FILE_BYTES + 1)
+    except OSError as err:
+        raise SpaceError(f"cannot read the space file {path}: {err.strerror or err}",
+                         hint="check the path (a file, readable by you)") from None
+    if len(raw) > MAX_FILE_BYTES:
+        raise SpaceError(f"{path} is larger than MAX_FILE_BYTES = {MAX_FILE_BYTES:,} bytes; a "
+                         "space file is a few KiB", hint="check that this is a space file")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise SpaceError(f"{path} is not UTF-8 text: byte {raw[err.start]:#04x} at offset "
+                         f"{err.start}", hint="save the file as UTF-8") from None
+
+
+def _parse_error(err: Exception) -> str:
+    if isinstance(err, RecursionError):
+        return "nested too deeply to read; a space file nests 3 or 4 levels"
+    return str(err)
 
 
 class Space:
     """A set of valid training configurations.
 
     Args:
-        parameters: The knobs to search, each with a unique name that is a Python identifier.
+        parameters: The knobs to search (a list), each with a unique name that is a Python
+            identifier.
         constants: Fixed values usable in expressions and passed to the workload (e.g. world_size).
         derived: ``name -> expression`` computed from parameters, constants and earlier derived
             values, in order (e.g. ``{"dp": "world_size // (tp * pp)"}``).
-        constraints: Expressions that every valid configuration makes true.
+        constraints: A list of expressions that every valid configuration makes true.
 
     Raises:
-        SpaceError: On duplicate or invalid names, bad expressions, names an expression does not
-            know, or constraints that no configuration satisfies.
+        SpaceError: On an argument of the wrong type (a bare string as ``constraints``, say),
+            duplicate or invalid names, bad or oversized expressions (limits in
+            :mod:`cubicml_lab._expr`), names an expression does not know, a derived value that
+            fails, or constraints that no configuration satisfies.
     """
 
     def __init__(
         self,
-        parameters: Sequence[Parameter],
+        parameters: Iterable[Parameter],
         constants: Mapping[str, Any] | None = None,
         derived: Mapping[str, str] | None = None,
         constraints: Sequence[str] | None = None,
     ) -> None:
-        if isinstance(parameters, Parameter) or not len(parameters):
-            raise SpaceError("a Space needs a non-empty list of parameters",
-                             hint="e.g. Space([Int('micro_batch', 1, 16)])")
-        for p in parameters:
-            if not isinstance(p, Parameter):
-                raise SpaceError(f"{p!r} is not a parameter",
-                                 hint=f"use one of {', '.join(PARAM_TYPES)}")
-        self.parameters: list[Parameter] = list(parameters)
+        self.parameters: list[Parameter] = _parameter_list(parameters)
         self.names: list[str] = [p.name for p in self.parameters]
-        self.constants: dict[str, Any] = dict(constants or {})
-        self.derived: dict[str, str] = dict(derived or {})
-        self.constraints: list[str] = list(constraints or [])
+        self.constants: dict[str, Any] = _mapping("constants", constants, "value",
+                                                  "{'world_size': 8}")
+        self.derived: dict[str, str] = _mapping("derived", derived, "expression",
+                                                "{'dp': 'world_size // (tp * pp)'}")
+        self.constraints: list[str] = _string_list("constraints", constraints)
         self._by_name = {p.name: p for p in self.parameters}
         self._check_names()
         self._derived_exprs = self._compile_derived()
@@ -115,8 +188,14 @@ class Space:
                 seen[name] = kind
         for name, value in self.constants.items():
             if not isinstance(value, (int, float, str, bool)):
-                raise SpaceError(f"constant {name!r} = {value!r} is not a number, string or bool",
-                                 hint="constants are JSON scalars")
+                raise SpaceError(f"constant {name!r} = {brief(value)} is not a number, string or "
+                                 "bool", hint="constants are JSON scalars")
+            check_value(value, f"constant {name!r}")
+        for name, source in self.derived.items():
+            if not isinstance(source, str):
+                raise SpaceError(f"derived value {name!r} = {brief(source)} is not a string",
+                                 hint=f"write it as an expression, e.g. derived={{{name!r}: "
+                                 "'world_size // (tp * pp)'}")
 
     def _unknown(self, expr: Expr, known: set[str], where: str) -> None:
         missing = sorted(expr.names - known)
@@ -147,6 +226,10 @@ class Space:
 
     def _check_satisfiable(self) -> None:
         if not self._constraint_exprs:
+            if self._derived_exprs:  # evaluate them once: a broken one fails where it is defined
+                import random
+
+                self._env({p.name: p.draw(random.Random(0)) for p in self.parameters})
             return
         if self._enumerable():
             if not self._valid_list():
@@ -170,7 +253,7 @@ class Space:
         except SpaceError:
             grid = self._product_size()
             return ("continuous (Float parameters)" if math.isinf(grid)
-                    else f"a grid of {grid:,.0f} points, constrained (too many to count)")
+                    else f"a grid of {grid:,} points, constrained (too many to count)")
 
     def _parameter_rows(self) -> list[list[Any]]:
         rows = []
@@ -253,7 +336,8 @@ class Space:
                              hint="e.g. {'micro_batch': 4}")
         extra = set(config) - set(self.names) - set(self.constants) - set(self.derived)
         if extra:
-            raise SpaceError(f"configuration has unknown key(s) {sorted(extra)}",
+            raise SpaceError(f"configuration has unknown key(s) "
+                             f"{', '.join(sorted(map(brief, extra)))}",
                              hint=f"parameters are {self.names}")
         missing = [n for n in self.names if n not in config]
         if missing:
@@ -417,6 +501,10 @@ class Space:
         if arr.ndim != 2 or arr.shape[1] != len(self.encoded_names):
             raise SpaceError(f"decode expects shape (n, {len(self.encoded_names)}), got {arr.shape}",
                              hint=f"columns: {self.encoded_names}")
+        if not np.isfinite(arr).all():
+            rows = sorted({int(i) for i in np.argwhere(~np.isfinite(arr))[:, 0]})
+            raise SpaceError(f"decode got NaN or infinite values in row(s) {rows[:10]}",
+                             hint="decode only finite encodings (drop or repair those rows)")
         out = []
         for row in arr:
             cfg, col = {}, 0
@@ -436,17 +524,39 @@ class Space:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Space:
-        """Build a space from :meth:`to_dict` output (or a hand-written YAML/JSON file)."""
+        """Build a space from :meth:`to_dict` output (or a hand-written YAML/JSON file).
+
+        Raises:
+            SpaceError: On anything but a mapping with a 'parameters' list of parameter mappings
+                and the optional keys constants, derived and constraints, naming the field.
+        """
         if not isinstance(data, Mapping) or "parameters" not in data:
-            raise SpaceError("a space description needs a 'parameters' list",
-                             hint="see Space.to_dict() for the format")
+            got = (f"a mapping with keys {', '.join(sorted(map(brief, data))) or '(none)'}"
+                   if isinstance(data, Mapping)
+                   else "nothing (an empty file?)" if data is None
+                   else f"{type(data).__name__} {brief(data)}")
+            raise SpaceError(f"a space description must be a mapping with a 'parameters' list; "
+                             f"got {got}", hint="see Space.to_dict() for the format")
         extra = set(data) - {"parameters", "constants", "derived", "constraints"}
         if extra:
-            raise SpaceError(f"unknown key(s) {sorted(extra)} in the space description",
+            raise SpaceError(f"unknown key(s) {', '.join(sorted(map(brief, extra)))} in the "
+                             "space description",
                              hint="allowed: parameters, constants, derived, constraints")
-        return cls([param_from_dict(d) for d in data["parameters"]],
-                   constants=data.get("constants"), derived=data.get("derived"),
-                   constraints=data.get("constraints"))
+        params = data["parameters"]
+        if isinstance(params, (str, bytes, Mapping)) or not isinstance(params, Sequence):
+            raise SpaceError(f"'parameters' must be a list of parameter mappings; got "
+                             f"{type(params).__name__} {brief(params)}",
+                             hint="write '- {type: int, name: micro_batch, low: 1, high: 16}' "
+                             "items under 'parameters:'")
+        try:
+            return cls([param_from_dict(d, f"parameters[{i}]") for i, d in enumerate(params)],
+                       constants=data.get("constants"), derived=data.get("derived"),
+                       constraints=data.get("constraints"))
+        except SpaceError:
+            raise
+        except (TypeError, ValueError, ArithmeticError, RecursionError) as err:  # a safety net
+            raise SpaceError(f"the space description is malformed: {type(err).__name__}: {err}",
+                             hint="see Space.to_dict() for the format") from None
 
     def to_json(self, path: str | os.PathLike[str]) -> None:
         """Write the space as JSON."""
@@ -455,13 +565,19 @@ class Space:
 
     @classmethod
     def from_json(cls, path: str | os.PathLike[str]) -> Space:
-        """Read a space written by :meth:`to_json`."""
-        with open(path, encoding="utf-8") as f:
-            try:
-                data = json.load(f)
-            except json.JSONDecodeError as err:
-                raise SpaceError(f"{path}: not valid JSON ({err})", hint="fix the file") from None
-        return cls.from_dict(data)
+        """Read a space written by :meth:`to_json`.
+
+        Raises:
+            SpaceError: If the file cannot be read, is larger than MAX_FILE_BYTES, is not UTF-8
+                or JSON, or does not describe a space (see :meth:`from_dict`).
+        """
+        text = _read_text(path)
+        try:
+            data = json.loads(text)
+        except (ValueError, RecursionError) as err:  # JSONDecodeError, a 5,000-digit number
+            raise SpaceError(f"{path}: not valid JSON ({_parse_error(err)})",
+                             hint="fix the file") from None
+        return cls._from_file_data(path, data)
 
     def to_yaml(self, path: str | os.PathLike[str]) -> None:
         """Write the space as YAML."""
@@ -472,15 +588,28 @@ class Space:
 
     @classmethod
     def from_yaml(cls, path: str | os.PathLike[str]) -> Space:
-        """Read a space from YAML (safe loader only)."""
+        """Read a space from YAML (safe loader only).
+
+        Raises:
+            SpaceError: If the file cannot be read, is larger than MAX_FILE_BYTES, is not UTF-8
+                or YAML, or does not describe a space (see :meth:`from_dict`).
+        """
         import yaml
 
-        with open(path, encoding="utf-8") as f:
-            try:
-                data = yaml.safe_load(f)
-            except yaml.YAMLError as err:
-                raise SpaceError(f"{path}: not valid YAML ({err})", hint="fix the file") from None
-        return cls.from_dict(data)
+        text = _read_text(path)
+        try:
+            data = yaml.safe_load(text)
+        except (yaml.YAMLError, ValueError, RecursionError) as err:
+            raise SpaceError(f"{path}: not valid YAML ({_parse_error(err)})",
+                             hint="fix the file") from None
+        return cls._from_file_data(path, data)
+
+    @classmethod
+    def _from_file_data(cls, path: str | os.PathLike[str], data: Any) -> Space:
+        try:
+            return cls.from_dict(data)
+        except SpaceError as err:
+            raise SpaceError(f"{path}: {err.message}", hint=err.hint) from None
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Space) and self.to_dict() == other.to_dict()

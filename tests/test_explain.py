@@ -157,8 +157,9 @@ def test_feasibility_map_follows_the_memory_boundary(space, train):
     p = grid.set_index(["micro_batch", "layers"])["p_runs"]
     assert p[(1, 1)] > 0.8 and p[(32, 6)] < 0.5  # a least-squares classifier: not calibrated
     assert p[(32, 6)] < p[(4, 6)] and p[(32, 6)] < p[(32, 1)]
-    # a predictor after fit_feasibility gives the same map
-    pred = GPPredictor(space).fit_feasibility(train, [status(c) for c in train])
+    # a predictor with the same feasibility model attached gives the same map
+    pred = GPPredictor(space)
+    pred.feasibility = FeasibilityModel(space).fit(train, [status(c) for c in train])
     np.testing.assert_allclose(feasibility_map(pred, train, "micro_batch", "layers")["p_runs"],
                                grid["p_runs"], atol=1e-9)
     with pytest.raises(PredictorError, match="two different knobs"):

@@ -404,3 +404,18 @@ def test_initial_design_is_at_most_a_tenth_of_an_explicit_pool(space):
     pool = space.enumerate()[:30]
     assert BayesianSearch(space, candidates=pool).n_init == 3
     assert BayesianSearch(space, candidates=pool, n_init=6).n_init == 6
+
+
+def test_log_ei_standard_matches_botorch_and_stays_finite_in_the_tail():
+    import torch
+    from botorch.acquisition.analytic import _log_ei_helper  # the reference, private to BoTorch
+
+    from cubicml_lab.search.bayesian import log_ei_standard
+
+    z = torch.cat([torch.linspace(-60, 60, 4001, dtype=torch.float64),
+                   torch.tensor([-1.0, -0.999, -9999.0, -1e4, -1.0001e4, -1e7, -1e12],
+                                dtype=torch.float64)])
+    ours, theirs = log_ei_standard(z), _log_ei_helper(z)
+    assert torch.isfinite(ours).all()
+    assert ((ours - theirs).abs() / theirs.abs().clamp_min(1.0)).max() < 1e-9
+    assert (ours[1:4001] >= ours[:4000]).all()  # expected improvement grows with z

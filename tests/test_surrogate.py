@@ -11,6 +11,7 @@ from scipy import stats
 from cubicml_lab.errors import PredictorError
 from cubicml_lab.space import Choice, Int, PowerOfTwo, Space
 from cubicml_lab.surrogate import (
+    FeasibilityModel,
     GPPredictor,
     cross_val_predict,
     evaluate_predictor,
@@ -122,8 +123,8 @@ def test_fast_exact_posterior_agrees_with_gpytorch(space, split, stated_noise, c
     noise = [0.02 + 0.01 * (i % 3) for i in range(len(cfgs))] if stated_noise else None
     pred = GPPredictor(space, categorical=categorical).fit(cfgs, [throughput(c) for c in cfgs],
                                                            noise=noise)
-    X = pred._encode(split[1], "configs")
-    mu, var = pred._posterior_encoded(X)
+    X = pred.encode(split[1])
+    mu, var = pred.posterior_encoded(X)
     with torch.no_grad(), gpytorch.settings.max_cholesky_size(5000):
         post = pred.model.posterior(X)
     np.testing.assert_allclose(mu, post.mean.squeeze(-1).numpy(), rtol=1e-9, atol=1e-9)
@@ -353,7 +354,8 @@ def test_feasibility_learns_the_memory_boundary_of_a_device(space, split):
     limit = 4.0  # GiB: micro_batch * layers above about 80 does not fit
     status = ["ok" if memory_gib(c) <= limit else "oom" for c in train]
     mem = [memory_gib(c) if s == "ok" else 3 * limit for c, s in zip(train, status)]
-    pred = GPPredictor(space).fit_feasibility(train, status, mem)
+    pred = GPPredictor(space)
+    pred.feasibility = FeasibilityModel(space).fit(train, status, mem)
     p = pred.predict_feasibility(test, memory_limit=limit)
     fits = np.array([memory_gib(c) <= limit for c in test])
     assert ((p > 0.5) == fits).mean() > 0.9
@@ -370,7 +372,8 @@ def test_failures_without_memory_figures_feed_the_classifier(space, split):
     train, test = split
     status = ["failed" if c["recompute"] == "selective" and c["micro_batch"] >= 8 else "ok"
               for c in train]
-    pred = GPPredictor(space).fit_feasibility(train, status)
+    pred = GPPredictor(space)
+    pred.feasibility = FeasibilityModel(space).fit(train, status)
     p = pred.predict_feasibility(test)
     bad = np.array([c["recompute"] == "selective" and c["micro_batch"] >= 8 for c in test])
     assert p[bad].mean() < 0.3 < 0.7 < p[~bad].mean()
@@ -463,8 +466,8 @@ def test_a_cost_model_mean_ranks_well_from_few_trials(space):
     # the fast exact posterior and GPyTorch's agree with the cost columns too
     import torch
 
-    X = costed._encode(test, "configs")
-    mu, _ = costed._posterior_encoded(X)
+    X = costed.encode(test)
+    mu, _ = costed.posterior_encoded(X)
     with torch.no_grad():
         np.testing.assert_allclose(mu, costed.model.posterior(X).mean.squeeze(-1).numpy(),
                                    rtol=1e-8, atol=1e-8)
@@ -558,10 +561,10 @@ def test_a_derived_feature_makes_a_product_of_knobs_one_input(seed):
     # posterior matches GPyTorch's on configurations outside that range too
     import torch
 
-    X = derived._encode(test, "configs")
+    X = derived.encode(test)
     assert X.shape[1] == space.encoded_bounds().shape[1] + 1
     with torch.no_grad():
-        np.testing.assert_allclose(derived._posterior_encoded(X)[0],
+        np.testing.assert_allclose(derived.posterior_encoded(X)[0],
                                    derived.model.posterior(X).mean.squeeze(-1).numpy(),
                                    rtol=1e-8, atol=1e-8)
 
@@ -573,7 +576,7 @@ def test_features_and_a_cost_model_together(space, split):
                        features=lambda c: [c["layers"] * c["micro_batch"]])
     pred.fit(train[:12], [roofline(c) for c in train[:12]])
     n_space = space.encoded_bounds().shape[1]
-    assert pred._encode(test, "configs").shape[1] == n_space + 1 + 2 * 2
+    assert pred.encode(test).shape[1] == n_space + 1 + 2 * 2
     assert kendall_tau(pred.predict(test)[0], [roofline(c) for c in test]) > 0.85
 
 

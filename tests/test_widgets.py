@@ -15,6 +15,7 @@ import cubicml_lab as cml
 from cubicml_lab import widgets
 from cubicml_lab._html import fmt
 from cubicml_lab.errors import ConfigError, SpaceError
+from cubicml_lab.surrogate import FeasibilityModel
 
 TINY = {"d_model": 32, "n_layers": 1, "n_heads": 2, "seq_len": 32, "vocab": 128}
 FAST = {"max_time_s": 0.3, "warmup_max_s": 0.5, "min_steps": 3}
@@ -144,7 +145,8 @@ def test_predictor_explorer_follows_the_sliders(gpt_space, fitted, tmp_path):
 
 def test_predictor_explorer_shows_p_fits_and_the_reference(gpt_space, fitted):
     predictor, configs = fitted
-    predictor.fit_feasibility(configs, ["oom" if c["micro_batch"] == 8 else "ok" for c in configs])
+    predictor.feasibility = FeasibilityModel(gpt_space).fit(
+        configs, ["oom" if c["micro_batch"] == 8 else "ok" for c in configs])
     ref = {"micro_batch": 1, "precision": "fp32"}
     explorer = widgets.PredictorExplorer(predictor, gpt_space, reference=ref)
     assert explorer.config == ref and explorer.prediction["relative"] == pytest.approx(1.0)

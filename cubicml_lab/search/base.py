@@ -26,6 +26,8 @@ configurations (a resumed campaign continues as if it had never stopped).
 from __future__ import annotations
 
 import math
+import numbers
+import reprlib
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -327,51 +329,52 @@ class Searcher:
 
         Args:
             config: The measured configuration (any configuration of the space).
-            values: Metrics of the trial; with status "ok" ``values[objective]`` must be finite
-                (and > 0 for searchers that model the log objective). May be None otherwise.
+            values: Metrics of the trial (metric name -> number), or None. With status "ok"
+                ``values[objective]`` must be a finite number (and > 0 for searchers that model
+                the log objective). Other entries that are not finite numbers (NaN, text,
+                lists) are kept out of the history; a bool or an int too large for a float is
+                refused wherever it is.
             status: One of "ok", "oom", "failed", "timeout".
 
         Raises:
-            SearchError: On an unknown status, a configuration outside the space, or an ok trial
-                without a usable objective value.
+            SearchError: On an unknown status, a configuration outside the space, values that
+                are not a dict, a bool or oversized int among them, or an ok trial without a
+                usable objective value. Nothing is told then.
         """
         if status not in STATUSES:
-            raise SearchError(f"status = {status!r} is not one of {list(STATUSES)}",
+            raise SearchError(f"status = {reprlib.repr(status)} is not one of {list(STATUSES)}",
                               hint="report a crash as 'failed', out-of-memory as 'oom'")
         key = self._key(config, "config")
-        value: float | None = None
-        numbers = {}
-        if isinstance(values, Mapping):
-            for k, v in values.items():
-                if isinstance(v, (int, float, np.number)) and not isinstance(v, bool) \
-                        and math.isfinite(float(v)):
-                    numbers[str(k)] = float(v)
-        if status == "ok":
-            if not isinstance(values, Mapping) or self.objective not in values:
-                got = sorted(values) if isinstance(values, Mapping) else values
-                raise SearchError(f"an ok trial needs values[{self.objective!r}]; got {got!r}",
-                                  hint=f"tell(config, {{{self.objective!r}: 1234.5}}), or pass "
-                                       "status='failed' for a trial without a measurement")
-            try:
-                value = float(values[self.objective])
-            except (TypeError, ValueError):
-                value = math.nan
-            if not math.isfinite(value):
-                raise SearchError(f"values[{self.objective!r}] = {values[self.objective]!r} is not "
-                                  "a finite number", hint="tell a trial without a measurement "
-                                  "as status='failed'")
-            if self.requires_positive and value <= 0:
-                raise SearchError(f"values[{self.objective!r}] = {value!r} is not positive, but "
-                                  f"{type(self).__name__} models log({self.objective})",
-                                  hint="pass log_objective=False for objectives that can be <= 0")
-        elif values is not None and not isinstance(values, Mapping):
-            raise SearchError(f"values = {values!r} must be a dict or None",
-                              hint="e.g. tell(config, None, status='oom')")
+        told = _told_numbers(values)
+        value = self._objective_value(values) if status == "ok" else None
         self._pending.pop(key, None)
         self._queue = [q for q in self._queue if q[0] != key or q[2]]
         self._told.add(key)
         self._history.append({"config": self.space.project(config), "status": status,
-                              "value": value, "values": numbers})
+                              "value": value, "values": told})
+
+    def _objective_value(self, values: Mapping[str, Any] | None) -> float:
+        """``values[objective]`` of an ok trial as a float, checked (see :meth:`tell`)."""
+        if values is None or self.objective not in values:
+            got = None if values is None else sorted(map(str, values))
+            raise SearchError(f"an ok trial needs values[{self.objective!r}]; got {got!r}",
+                              hint=f"tell(config, {{{self.objective!r}: 1234.5}}), or pass "
+                                   "status='failed' for a trial without a measurement")
+        raw = values[self.objective]
+        if not isinstance(raw, numbers.Real):
+            raise SearchError(f"values[{self.objective!r}] = {reprlib.repr(raw)} is a "
+                              f"{type(raw).__name__}, not a number",
+                              hint="tell the measured value as a float; a trial without a "
+                                   "measurement is status='failed'")
+        value = float(raw)
+        if not math.isfinite(value):
+            raise SearchError(f"values[{self.objective!r}] = {raw!r} is not a finite number",
+                              hint="tell a trial without a measurement as status='failed'")
+        if self.requires_positive and value <= 0:
+            raise SearchError(f"values[{self.objective!r}] = {value!r} is not positive, but "
+                              f"{type(self).__name__} models log({self.objective})",
+                              hint="pass log_objective=False for objectives that can be <= 0")
+        return value
 
     def enqueue(self, config: dict, *, repeat: bool = False) -> None:
         """Have the next ask return ``config`` first (before any proposal), like Optuna's
@@ -408,3 +411,33 @@ class Searcher:
     def __repr__(self) -> str:
         return (f"{type(self).__name__}(objective={self.objective!r}, direction="
                 f"{self.direction!r}, n_told={self.n_told}, pending={len(self._pending)})")
+
+
+def _told_numbers(values: object) -> dict[str, float]:
+    """The finite numbers among a told trial's ``values`` (metric name -> float).
+
+    Raises:
+        SearchError: If ``values`` is neither a mapping nor None, or holds a bool or an int too
+            large for a float (the message names the entry).
+    """
+    if values is None:
+        return {}
+    if not isinstance(values, Mapping):
+        raise SearchError(f"values = {reprlib.repr(values)} must be a dict of metric name -> "
+                          "number, or None", hint="e.g. tell(config, {'throughput': 1234.5}), "
+                          "or tell(config, None, status='oom')")
+    out = {}
+    for name, raw in values.items():
+        if isinstance(raw, (bool, np.bool_)):
+            raise SearchError(f"values[{reprlib.repr(name)}] = {raw} is a bool, not a number",
+                              hint="tell measurements as numbers (1.0 or 0.0), or leave it out")
+        if isinstance(raw, numbers.Real):
+            try:
+                value = float(raw)
+            except OverflowError:
+                raise SearchError(f"values[{reprlib.repr(name)}] is an int of "
+                                  f"{int(raw).bit_length()} bits, too large for a float",
+                                  hint="tell it in a larger unit, or as a float") from None
+            if math.isfinite(value):
+                out[str(name)] = value
+    return out

@@ -60,6 +60,8 @@ from .base import Searcher
 from .proposal import Proposal
 
 if TYPE_CHECKING:
+    import torch
+
     from ..space import Space
 
 __all__ = ["BayesianSearch", "default_n_init"]
@@ -72,6 +74,33 @@ FEASIBILITY_MAX_ITER = 40
 BASELINE_MAX = 64
 #: Pools larger than this are screened by analytic log EI to this many before qLogNEI runs.
 SCREEN_SIZE = 2048
+
+
+def log_ei_standard(z: torch.Tensor) -> torch.Tensor:
+    """``log(phi(z) + z * Phi(z))``: the log expected improvement over ``z`` of a standard
+    normal, elementwise, float64, stable far into the negative tail.
+
+    The expected improvement of ``N(mu, sigma^2)`` over a threshold ``t`` is
+    ``sigma * h((mu - t) / sigma)`` with this ``h``. For ``z <= -1`` it is computed as
+    ``log phi(z) + log1p(-|z| sqrt(pi/2) erfcx(|z| / sqrt 2))``, and below ``z = -1e4`` as
+    ``log phi(z) - 2 log|z|`` (the leading term), where the direct form would round to
+    ``log 0``. Agrees with BoTorch's analytic LogEI to 1e-9 (``tests/test_search.py``).
+
+    Example:
+        >>> import torch
+        >>> round(float(log_ei_standard(torch.tensor([0.0], dtype=torch.float64))[0]), 6)
+        -0.918939
+    """
+    import torch
+
+    z = torch.as_tensor(z, dtype=torch.float64)
+    log_phi = -0.5 * z * z - 0.5 * math.log(2.0 * math.pi)
+    upper = torch.log(torch.exp(log_phi) + z * torch.special.ndtr(z))  # z > -1
+    tail = torch.clamp(z, max=-1.0)
+    w = -tail * math.sqrt(math.pi / 2.0) * torch.special.erfcx(-tail / math.sqrt(2.0))
+    lower = log_phi + torch.log1p(-w.clamp(max=1.0 - 1e-16))
+    far = log_phi - 2.0 * torch.log(-torch.clamp(z, max=-1.0))
+    return torch.where(z > -1.0, upper, torch.where(z > -1e4, lower, far))
 
 
 def default_n_init(space: Space, pool_size: int | None = None) -> int:
@@ -354,7 +383,7 @@ class BayesianSearch(Searcher):
         if new:
             rows = self.space.encode_array([pool[i] for i in new])
             if self.cost_model is not None or self.features is not None:  # the objective GP's
-                extra = self.predictor._extra_columns([pool[i] for i in new], "candidates")
+                extra = self.predictor.derived_columns([pool[i] for i in new], "candidates")
                 rows = np.concatenate([rows, extra.numpy()], axis=1)  # input: + derived columns
             start = len(self._rows)
             self._rows.extend(rows)
@@ -369,14 +398,14 @@ class BayesianSearch(Searcher):
             info: dict[str, Any]) -> list[dict]:
         import torch
 
-        X_base = self.predictor._encode(configs, "configs")
+        X_base = self.predictor.encode(configs)
         X_pool = self._encode_pool(pool)
         n_space = self.space.encoded_bounds().shape[1]
         single = self.second_predictor is None
         keep = max(SCREEN_SIZE, 8 * n)
         mu_b = None
         if single and (len(configs) > BASELINE_MAX or len(pool) > keep):
-            mu_b = torch.as_tensor(self.predictor._posterior_encoded(X_base)[0])
+            mu_b = torch.as_tensor(self.predictor.posterior_encoded(X_base)[0])
         if single and len(configs) > BASELINE_MAX:
             # noisy EI integrates over which observed point is the incumbent; only those with a
             # high posterior mean can be (BoTorch's prune_baseline then trims further)
@@ -388,11 +417,9 @@ class BayesianSearch(Searcher):
             # mean observed: the exact acquisition then runs over the most promising only; with
             # a feasibility model, first to 4x that many by EI alone (its GP is not evaluated
             # over the whole pool), then by EI x P(feasible)
-            from botorch.acquisition.analytic import _log_ei_helper
-
-            mu, var = (torch.as_tensor(a) for a in self.predictor._posterior_encoded(X_pool))
+            mu, var = (torch.as_tensor(a) for a in self.predictor.posterior_encoded(X_pool))
             sigma = var.clamp_min(1e-18).sqrt()
-            score = torch.nan_to_num(_log_ei_helper((mu - float(mu_b.max())) / sigma)
+            score = torch.nan_to_num(log_ei_standard((mu - float(mu_b.max())) / sigma)
                                      + sigma.log(), nan=-torch.inf)
             first = min(len(pool), 4 * keep if self.feasibility_model is not None else keep)
             top = torch.topk(score, first).indices.sort().values
@@ -408,7 +435,7 @@ class BayesianSearch(Searcher):
                 top = torch.topk(score + log_w, keep).indices.sort().values
                 pool, X_pool, log_w = [pool[int(i)] for i in top], X_pool[top], log_w[top]
         pending = self.pending
-        X_pend = self.predictor._encode(pending, "pending") if pending else X_pool[:0]
+        X_pend = self.predictor.encode(pending) if pending else X_pool[:0]
         picks: list[int] = []
         acq_values: list[float] = []
         with torch.no_grad(), warnings.catch_warnings():

@@ -5,7 +5,8 @@ transaction, committed on success and rolled back on any exception; every input 
 (:mod:`cubicml_lab.store.schema`) before the transaction starts. A trial moves
 ``pending -> running -> ok | oom | failed | timeout``; ``reset_trial`` takes an interrupted
 ``running`` trial back to ``pending``; ``record_trial`` inserts a finished trial in one step.
-DataFrame, export and import live in :mod:`cubicml_lab.store.tables`; the methods here call them.
+The SQL behind the DataFrame, export and import is here; :mod:`cubicml_lab.store.tables` turns
+trials and rows into tables and files and back (it never imports this module).
 """
 
 from __future__ import annotations
@@ -23,8 +24,8 @@ from typing import TYPE_CHECKING, Any
 from ..errors import StoreError
 from . import tables
 from .schema import (FINAL_STATUSES, STATUSES, _SELECT_TRIAL, Trial, _check_config, _check_error,
-                     _check_id, _check_mapping, _check_name, _check_status, _check_text,
-                     _check_time, _dumps, _open, _to_trial)
+                     _check_id, _check_mapping, _check_metrics, _check_name, _check_path,
+                     _check_status, _check_text, _check_time, _dumps, _open, _show, _to_trial)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -54,7 +55,7 @@ class TrialStore:
     """
 
     def __init__(self, path: str | os.PathLike[str] = "data/lab.sqlite") -> None:
-        self.path = Path(path).expanduser()
+        self.path = _check_path(path, "path")
         self._lock = threading.RLock()
         self._conn: sqlite3.Connection | None = _open(self.path)
 
@@ -242,7 +243,11 @@ class TrialStore:
             return int(cur.lastrowid)
 
     def mark_running(self, trial_id: int, *, hardware: Mapping[str, Any] | None = None) -> None:
-        """Move a trial ``pending -> running``; set ``started_at`` (and ``hardware`` if given)."""
+        """Move a trial ``pending -> running``; set ``started_at`` (and ``hardware`` if given).
+
+        This is the trial's claim, and it is atomic: of several processes or threads starting
+        one trial at once, exactly one succeeds and the others get a StoreError.
+        """
         trial_id = _check_id(trial_id)
         hw_json = None if hardware is None else _dumps(_check_mapping(hardware, "hardware"))
         with self._write() as conn:
@@ -263,8 +268,8 @@ class TrialStore:
             error: Error text; ``""`` is stored as None.
         """
         trial_id, status = _check_id(trial_id), _check_status(status, FINAL_STATUSES)
-        metrics = _check_mapping(metrics or {}, "metrics")
-        new_hw = _check_mapping(hardware or {}, "hardware")
+        metrics = _check_metrics({} if metrics is None else metrics)
+        new_hw = _check_mapping({} if hardware is None else hardware, "hardware")
         error = _check_error(error)
         with self._write() as conn:
             self._expect(conn, trial_id, ("pending", "running"), "finish_trial")
@@ -285,6 +290,7 @@ class TrialStore:
 
     def _expect(self, conn: sqlite3.Connection, trial_id: int, allowed: tuple[str, ...],
                 action: str) -> None:
+        """Raise StoreError unless trial ``trial_id`` exists with a status among ``allowed``."""
         row = conn.execute("SELECT status FROM trials WHERE id = ?", (trial_id,)).fetchone()
         if row is None:
             raise StoreError(f"no trial with id {trial_id} in {self.path}",
@@ -293,7 +299,9 @@ class TrialStore:
             raise StoreError(f"{action}: trial {trial_id} is {row[0]!r}, but {action} needs "
                              f"{' or '.join(map(repr, allowed))}",
                              hint="a finished trial never changes; add a new trial to measure again"
-                             if row[0] in FINAL_STATUSES else None)
+                             if row[0] in FINAL_STATUSES else "another process or thread started "
+                             "it first (each trial runs once); add a new trial to run it again"
+                             if row[0] == "running" else None)
 
     def record_trial(self, campaign: str, config: Mapping[str, Any], *, status: str,
                      metrics: Mapping[str, Any] | None = None,
@@ -307,8 +315,8 @@ class TrialStore:
         """
         campaign, config_json = _check_name(campaign), _dumps(_check_config(config))
         status = _check_status(status, FINAL_STATUSES)
-        metrics_json = _dumps(_check_mapping(metrics or {}, "metrics"))
-        hw_json = _dumps(_check_mapping(hardware or {}, "hardware"))
+        metrics_json = _dumps(_check_metrics({} if metrics is None else metrics))
+        hw_json = _dumps(_check_mapping({} if hardware is None else hardware, "hardware"))
         workload = _check_text(workload, "workload")
         version = _check_text(workload_version, "workload_version")
         error, now = _check_error(error), time.time()
@@ -341,6 +349,10 @@ class TrialStore:
         """Trials ordered by id, optionally of one campaign and/or with given status(es)."""
         where, params = self._filter(campaign)
         if status is not None:
+            if not isinstance(status, (str, list, tuple, set, frozenset)):
+                raise StoreError(f"status must be a status or a list of them, got {_show(status)}",
+                                 hint=f"e.g. status='ok' or status=['ok', 'oom'] "
+                                      f"(statuses: {', '.join(STATUSES)})")
             wanted = [status] if isinstance(status, str) else list(status)
             wanted = [_check_status(s, STATUSES) for s in wanted]
             where.append(f"status IN ({', '.join('?' * len(wanted))})")
@@ -366,7 +378,7 @@ class TrialStore:
         bool, int64 (nullable ``boolean``/``Int64`` when some trials lack the key); numeric
         metrics are float64 with NaN when missing unless every trial has an int.
         """
-        return tables.to_dataframe(self, campaign)
+        return tables.to_dataframe(self.trials(campaign))
 
     # ---------------------------------------------------------------- export / import
     def export(self, path: str | os.PathLike[str], campaign: str | None = None) -> Path:
@@ -377,8 +389,18 @@ class TrialStore:
 
         Returns:
             The path written.
+
+        Raises:
+            StoreError: On a suffix other than ``.csv``/``.parquet``, a folder, a path that
+                cannot be written, the store's own file (under any spelling or link) or any
+                other SQLite database: an export never overwrites a store.
         """
-        return tables.export(self, path, campaign)
+        own = [self.path, *(self.path.with_name(self.path.name + s) for s in ("-wal", "-shm"))]
+        target, kind = tables.export_target(path, own)
+        where, params = self._filter(campaign)
+        rows = self._read(tables.RAW_SELECT + "".join(f" WHERE t.{w}" for w in where)
+                          + " ORDER BY t.id", params)
+        return tables.write_raw(target, kind, rows)
 
     def import_(self, path: str | os.PathLike[str], campaign: str | None = None) -> int:
         """Append the trials of a raw ``.csv``/``.parquet`` file (as written by :meth:`export`).
@@ -395,5 +417,33 @@ class TrialStore:
 
         Returns:
             The number of trials imported.
+
+        Raises:
+            StoreError: On a file that is not UTF-8 CSV or Parquet, a malformed row (the
+                message names the row and column), or a campaign of another workload.
         """
-        return tables.import_(self, path, campaign)
+        rows = tables.read_raw(path, None if campaign is None else _check_name(campaign))
+        with self._write() as conn:
+            for row in rows:
+                self._insert_raw(conn, row, rows)
+        return len(rows)
+
+    def _insert_raw(self, conn: sqlite3.Connection, row: dict[str, Any],
+                    rows: list[dict[str, Any]]) -> None:
+        """Insert one validated raw row (creating its campaign if missing) in ``conn``'s
+        transaction; a missing campaign gets the workload all its ``rows`` agree on."""
+        name = row["campaign"]
+        if conn.execute("SELECT 1 FROM campaigns WHERE name = ?", (name,)).fetchone() is None:
+            same = {r["workload"] for r in rows if r["campaign"] == name}
+            workload = row["campaign_workload"] or (same.pop() if len(same) == 1 else "")
+            conn.execute("INSERT INTO campaigns VALUES (?, ?, ?, ?, ?)",
+                         (name, row["campaign_space"], workload,
+                          row["campaign_metadata"] or "{}", time.time()))
+        self._campaign_workload(conn, name, row["workload"])  # checks, keeps the row's
+        conn.execute(
+            "INSERT INTO trials (campaign, config, status, metrics, hardware, workload, "
+            "workload_version, created_at, started_at, ended_at, error) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (name, *(row[key] for key in ("config", "status", "metrics", "hardware", "workload",
+                                          "workload_version", "created_at", "started_at",
+                                          "ended_at", "error"))))

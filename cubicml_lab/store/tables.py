@@ -1,8 +1,10 @@
 """Trials as tables: the tidy DataFrame, and export/import of the raw CSV/Parquet form.
 
-The functions here are the bodies of :meth:`TrialStore.to_dataframe`, :meth:`TrialStore.export`
-and :meth:`TrialStore.import_` (documented there); they read and write through the store's own
-connection and transactions. pandas and pyarrow are imported inside the functions that need them.
+The store (:mod:`~cubicml_lab.store.core`) calls these for :meth:`TrialStore.to_dataframe`,
+:meth:`TrialStore.export` and :meth:`TrialStore.import_` (documented there); it runs the SQL and
+the transactions, and this module turns trials and rows into tables and files and back, never
+touching the store itself (so the two import one way: core -> tables -> schema). pandas and
+pyarrow are imported inside the functions that need them.
 
 The *raw* form is one row per trial with the scalar columns (``trial_id, campaign, status,
 workload, workload_version, created_at, started_at, ended_at, error``), the JSON text columns
@@ -13,23 +15,24 @@ campaign_metadata``; CSV floats are written with ``repr`` so every bit survives.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import math
 import os
+import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import DependencyError, StoreError
-from .schema import (STATUSES, _check_config, _check_mapping, _check_name, _check_status,
-                     _check_time, _dumps)
+from .schema import (_SQLITE_MAGIC, STATUSES, Trial, _check_config, _check_mapping,
+                     _check_metrics, _check_name, _check_path, _check_status, _check_text,
+                     _check_time, _dumps, _show)
 
 if TYPE_CHECKING:
     import pandas as pd
-
-    from .core import TrialStore
 
 _INT64_MAX = 2**63 - 1
 _FIXED_COLUMNS = ("trial_id", "campaign", "status", "workload", "workload_version", "created_at",
@@ -38,13 +41,17 @@ _RAW_COLUMNS = ("trial_id", "campaign", "status", "workload", "workload_version"
                 "started_at", "ended_at", "error", "config", "metrics", "hardware",
                 "campaign_workload", "campaign_space", "campaign_metadata")
 _RAW_REQUIRED = ("campaign", "status", "config")
+#: Selects the raw form's rows (columns in :data:`_RAW_COLUMNS` order); the store appends an
+#: optional ``WHERE t.campaign = ?`` and the ordering.
+RAW_SELECT = ("SELECT t.id, t.campaign, t.status, t.workload, t.workload_version, t.created_at, "
+              "t.started_at, t.ended_at, t.error, t.config, t.metrics, t.hardware, c.workload, "
+              "c.space, c.metadata FROM trials t JOIN campaigns c ON c.name = t.campaign")
 
 
-def to_dataframe(store: TrialStore, campaign: str | None = None) -> pd.DataFrame:
-    """The tidy form of the trials (all, or one campaign's); see :meth:`TrialStore.to_dataframe`."""
+def to_dataframe(trials: Sequence[Trial]) -> pd.DataFrame:
+    """The tidy form of ``trials``; see :meth:`TrialStore.to_dataframe`."""
     import pandas as pd
 
-    trials = store.trials(campaign)
     cols: dict[str, Any] = {
         "trial_id": pd.Series([t.id for t in trials], dtype="int64"),
         **{name: pd.Series([getattr(t, name) for t in trials], dtype=object)
@@ -65,63 +72,66 @@ def to_dataframe(store: TrialStore, campaign: str | None = None) -> pd.DataFrame
     return pd.DataFrame(cols)
 
 
-def export(store: TrialStore, path: str | os.PathLike[str], campaign: str | None = None) -> Path:
-    """Write the raw form to ``.csv``/``.parquet`` atomically; see :meth:`TrialStore.export`."""
+def export_target(path: object, protect: Sequence[Path]) -> tuple[Path, str]:
+    """The checked export target and its kind (``csv``/``parquet``), before anything is read.
+
+    Refused: an unknown suffix, a folder, any of the ``protect`` files (the store and its WAL
+    files, also through another spelling or a link), and any existing SQLite database.
+    """
     path, kind = _file_kind(path)
-    where, params = store._filter(campaign)
-    rows = store._read(
-        "SELECT t.id, t.campaign, t.status, t.workload, t.workload_version, t.created_at, "
-        "t.started_at, t.ended_at, t.error, t.config, t.metrics, t.hardware, c.workload, "
-        "c.space, c.metadata FROM trials t JOIN campaigns c ON c.name = t.campaign"
-        + "".join(f" WHERE t.{w}" for w in where) + " ORDER BY t.id", params)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    if path.is_dir():
+        raise StoreError(f"cannot export to {path}: it is a folder",
+                         hint=f"pass a file name inside it, e.g. {path / ('trials.' + kind)}")
+    if path.exists():
+        if any(_same_file(path, other) for other in protect):
+            raise StoreError(f"cannot export to {path}: it is the trial store's own file, and "
+                             "exporting there would destroy the store",
+                             hint=f"export to another file, e.g. {path.with_name('trials.' + kind)}")
+        if _head(path) == _SQLITE_MAGIC:
+            raise StoreError(f"cannot export to {path}: it is an SQLite database (a trial "
+                             "store?), which an export would overwrite",
+                             hint=f"export to a new file, e.g. {path.with_name('trials.' + kind)}")
+    return path, kind
+
+
+def write_raw(path: Path, kind: str, rows: list[tuple[Any, ...]]) -> Path:
+    """Write raw ``rows`` (checked ``path`` and ``kind`` from :func:`export_target`) beside the
+    target, then rename it into place: a failed export leaves no half-written file."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
         if kind == "csv":
             _write_csv(tmp, rows)
         else:
             _write_parquet(tmp, rows)
         os.replace(tmp, path)
+    except OSError as err:
+        raise StoreError(f"cannot export to {path}: {err.strerror or err}",
+                         hint="choose a folder you can write to, with free space") from err
     finally:
-        tmp.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
     return path
 
 
-def import_(store: TrialStore, path: str | os.PathLike[str], campaign: str | None = None) -> int:
-    """Append the trials of a raw file in one transaction; see :meth:`TrialStore.import_`."""
+def read_raw(path: object, target: str | None) -> list[dict[str, Any]]:
+    """Read and validate every row of a raw file, in the order of its ``trial_id``; each row
+    is a dict of insertable values (see :func:`_parse_row`). Nothing is written here."""
     path, kind = _file_kind(path)
     if not path.is_file():
         raise StoreError(f"no file {path} to import", hint="check the path")
-    target = None if campaign is None else _check_name(campaign)
     columns, raw = _read_csv(path) if kind == "csv" else _read_parquet(path)
     missing = [c for c in _RAW_REQUIRED
                if c not in columns and not (c == "campaign" and target)]
     unknown = [c for c in columns if c not in _RAW_COLUMNS]
-    if missing or unknown:
+    twice = sorted({c for c in columns if columns.count(c) > 1})
+    if missing or unknown or twice:
         raise StoreError(f"{path} is not a raw trial table: missing columns {missing}, "
-                         f"unknown columns {unknown}",
+                         f"unknown columns {unknown}" + (f", repeated columns {twice}" if twice
+                                                         else ""),
                          hint=f"the raw form (store.export) has columns {list(_RAW_COLUMNS)}")
-    rows = sorted((_parse_row(row, i, path, target) for i, row in enumerate(raw, start=1)),
+    return sorted((_parse_row(row, i, path, target) for i, row in enumerate(raw, start=1)),
                   key=lambda r: r["order"])
-    with store._write() as conn:
-        for row in rows:
-            name = row["campaign"]
-            known = conn.execute("SELECT 1 FROM campaigns WHERE name = ?", (name,)).fetchone()
-            if known is None:
-                same = {r["workload"] for r in rows if r["campaign"] == name}
-                workload = row["campaign_workload"] or (same.pop() if len(same) == 1 else "")
-                conn.execute("INSERT INTO campaigns VALUES (?, ?, ?, ?, ?)",
-                             (name, row["campaign_space"], workload,
-                              row["campaign_metadata"] or "{}", time.time()))
-            store._campaign_workload(conn, name, row["workload"])  # checks, keeps row's
-            conn.execute(
-                "INSERT INTO trials (campaign, config, status, metrics, hardware, workload, "
-                "workload_version, created_at, started_at, ended_at, error) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (name, *(row[key] for key in ("config", "status", "metrics", "hardware",
-                                              "workload", "workload_version", "created_at",
-                                              "started_at", "ended_at", "error"))))
-    return len(rows)
 
 
 # -------------------------------------------------------------------- tidy DataFrame helpers
@@ -161,13 +171,28 @@ def _column(pd: Any, values: list[Any], *, exact: bool) -> pd.Series:
 
 
 # -------------------------------------------------------------------- raw files
-def _file_kind(path: str | os.PathLike[str]) -> tuple[Path, str]:
-    path = Path(path).expanduser()
+def _file_kind(path: object) -> tuple[Path, str]:
+    path = _check_path(path, "path")
     kind = path.suffix.lower().lstrip(".")
     if kind not in ("csv", "parquet"):
         raise StoreError(f"cannot tell the format of {path} from its suffix {path.suffix!r}",
                          hint="use a .csv or .parquet file name")
     return path, kind
+
+
+def _same_file(path: Path, other: Path) -> bool:
+    try:
+        return os.path.samefile(path, other)
+    except OSError:
+        return False
+
+
+def _head(path: Path) -> bytes:
+    try:
+        with path.open("rb") as fh:
+            return fh.read(len(_SQLITE_MAGIC))
+    except OSError:
+        return b""
 
 
 def _write_csv(path: Path, rows: list[tuple[Any, ...]]) -> None:
@@ -189,11 +214,26 @@ def _write_parquet(path: Path, rows: list[tuple[Any, ...]]) -> None:
 
 
 def _read_csv(path: Path) -> tuple[list[str], list[dict[str, Any]]]:
+    """Header and rows of a UTF-8 CSV (a BOM is allowed); a row longer or shorter than the
+    header, bytes that are not UTF-8, or a malformed quote raise StoreError."""
     csv.field_size_limit(max(csv.field_size_limit(), 2**31 - 1))  # long tracebacks
-    with path.open(newline="", encoding="utf-8") as fh:
-        reader = csv.DictReader(fh)
-        rows = list(reader)
-        return list(reader.fieldnames or []), rows
+    try:
+        with path.open(newline="", encoding="utf-8-sig") as fh:
+            lines = [line for line in csv.reader(fh, strict=True) if line]
+    except UnicodeDecodeError as err:
+        raise StoreError(f"cannot import {path}: it is not UTF-8 text (byte "
+                         f"{err.object[err.start]:#04x} at offset {err.start})",
+                         hint="save the file as UTF-8 CSV (store.export writes it so)") from None
+    except csv.Error as err:
+        raise StoreError(f"cannot import {path}: malformed CSV ({err})",
+                         hint="fix the file, or export it again with store.export") from None
+    header = lines[0] if lines else []
+    for number, line in enumerate(lines[1:], start=1):
+        if len(line) != len(header):
+            raise StoreError(f"cannot import {path}: row {number} has {len(line)} cells but the "
+                             f"header has {len(header)}",
+                             hint="fix the file; nothing was imported")
+    return header, [dict(zip(header, line)) for line in lines[1:]]
 
 
 def _read_parquet(path: Path) -> tuple[list[str], list[dict[str, Any]]]:
@@ -202,7 +242,10 @@ def _read_parquet(path: Path) -> tuple[list[str], list[dict[str, Any]]]:
         frame = pd.read_parquet(path)
     except Exception as err:  # pyarrow raises many types for a bad file
         raise StoreError(f"cannot read {path} as Parquet: {err}", hint="check the file") from err
-    return [str(c) for c in frame.columns], frame.astype(object).to_dict("records")
+    columns = [str(c) for c in frame.columns]
+    frame = frame.astype(object)
+    frame = frame.where(frame.notna(), None)  # NaN, None, pd.NA and NaT alike
+    return columns, [dict(zip(columns, row)) for row in frame.itertuples(index=False, name=None)]
 
 
 def _pandas_for_parquet() -> Any:
@@ -220,18 +263,23 @@ def _parse_row(row: Mapping[str, Any], index: int, path: Path,
     """Validate one raw row into insertable values; errors name the file, row and column."""
     def cell(name: str) -> Any:
         value = row.get(name)
-        return None if value == "" or (isinstance(value, float) and math.isnan(value)) else value
+        if value is None or (isinstance(value, str) and not value) or (
+                isinstance(value, float) and math.isnan(value)):
+            return None
+        if not isinstance(value, (str, int, float)):  # e.g. a Parquet list or bytes column
+            raise fail(name, f"{_show(value)} is a {type(value).__name__}, not text or a number")
+        return value
 
     def fail(name: str, problem: str) -> StoreError:
         return StoreError(f"{path} row {index}, column {name!r}: {problem}",
                           hint="fix the file; nothing was imported")
 
-    def number(name: str) -> float | None:
+    def number(name: str, what: str = "finite unix seconds") -> float | None:
         value = cell(name)
         try:
             return _check_time(None if value is None else float(value), name)
-        except (TypeError, ValueError, StoreError):
-            raise fail(name, f"{value!r} is not finite unix seconds") from None
+        except (TypeError, ValueError, OverflowError, StoreError):
+            raise fail(name, f"{_show(value)} is not {what}") from None
 
     def text(name: str) -> str | None:
         value = cell(name)
@@ -245,6 +293,8 @@ def _parse_row(row: Mapping[str, Any], index: int, path: Path,
             return _dumps(check(json.loads(str(value)), name))
         except (ValueError, StoreError) as err:
             raise fail(name, f"{err}") from None
+        except RecursionError:
+            raise fail(name, "the JSON nests too deeply") from None
 
     def checked(name: str, check: Any, *args: Any) -> Any:
         try:
@@ -257,11 +307,14 @@ def _parse_row(row: Mapping[str, Any], index: int, path: Path,
     config = json_text("config", lambda value, _: _check_config(value), None)
     if config is None:
         raise fail("config", "empty; a trial needs its config as JSON text")
-    order, created_at = number("trial_id"), number("created_at")
+    order, created_at = number("trial_id", "a trial id"), number("created_at")
     return {"order": index if order is None else order, "campaign": campaign, "status": status,
-            "config": config, "metrics": json_text("metrics", _check_mapping, "{}"),
+            "config": config,
+            "metrics": json_text("metrics", lambda value, _: _check_metrics(value), "{}"),
             "hardware": json_text("hardware", _check_mapping, "{}"),
-            "workload": text("workload") or "", "workload_version": text("workload_version") or "",
+            "workload": checked("workload", _check_text, text("workload") or "", "workload"),
+            "workload_version": checked("workload_version", _check_text,
+                                        text("workload_version") or "", "workload_version"),
             "created_at": time.time() if created_at is None else created_at,
             "started_at": number("started_at"), "ended_at": number("ended_at"),
             "error": text("error"),

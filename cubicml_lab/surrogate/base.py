@@ -73,8 +73,9 @@ class BasePredictor:
             ``"mean"`` otherwise.
         n_train: Number of training trials (0 before ``fit``).
         fit_seconds: Wall time of the last ``fit``, seconds.
-        feasibility: The :class:`~cubicml_lab.surrogate.feasibility.FeasibilityModel` fitted by
-            :meth:`fit_feasibility`, or None.
+        feasibility: A fitted :class:`~cubicml_lab.surrogate.feasibility.FeasibilityModel`
+            that :meth:`predict_feasibility` consults, or None; attach one with
+            ``pred.feasibility = FeasibilityModel(space).fit(configs, statuses, peak_mem_gib)``.
     """
 
     def __init__(self, space: Space, objective: str = "throughput", *, log_objective: bool = True,
@@ -178,20 +179,11 @@ class BasePredictor:
         return lo, hi
 
     # -- feasibility ----------------------------------------------------------------------------
-    def fit_feasibility(self, configs: Sequence[dict], statuses: Sequence[str],
-                        peak_mem_gib: Sequence[float] | None = None) -> BasePredictor:
-        """Learn which configurations fit in memory and run: see
-        :class:`~cubicml_lab.surrogate.feasibility.FeasibilityModel` (same arguments)."""
-        from .feasibility import FeasibilityModel
-
-        self.feasibility = FeasibilityModel(self.space, seed=self.seed).fit(
-            configs, statuses, peak_mem_gib)
-        return self
-
     def predict_feasibility(self, configs: Sequence[dict],
                             memory_limit: float | None = None) -> np.ndarray:
         """Probability that each configuration runs (and, with ``memory_limit`` in GiB, that its
-        peak memory stays under it); all ones before :meth:`fit_feasibility`."""
+        peak memory stays under it), from the attached :attr:`feasibility` model; all ones
+        while none is attached."""
         if self.feasibility is None:
             self._encode(configs, "configs")  # the same input checks as a fitted model
             return np.ones(len(list(configs)))

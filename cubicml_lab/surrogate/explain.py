@@ -267,7 +267,7 @@ def feasibility_map(model: Any, configs: Sequence[dict], x: str, y: str, *,
 
     Args:
         model: A fitted :class:`~cubicml_lab.surrogate.FeasibilityModel`, or a predictor after
-            ``fit_feasibility`` (its ``predict_feasibility`` is used).
+            a ``feasibility`` model attached (its ``predict_feasibility`` is used).
         configs: Background configurations, e.g. every measured one (failed ones included).
         x, y: Two different knobs of the space.
         memory_limit: Device memory in GiB: also ask that the peak memory fit in it.
@@ -287,8 +287,8 @@ def feasibility_map(model: Any, configs: Sequence[dict], x: str, y: str, *,
     space = getattr(model, "space", None)
     if predict is None or space is None:
         raise PredictorError(f"{type(model).__name__} cannot predict feasibility",
-                             hint="pass a fitted FeasibilityModel, or a predictor after "
-                                  "fit_feasibility(configs, statuses, peak_mem_gib)")
+                             hint="pass a fitted FeasibilityModel, or a predictor with one "
+                                  "attached: pred.feasibility = FeasibilityModel(space).fit(...)")
     _knobs(space, [x, y])
     if x == y:
         raise PredictorError(f"x and y are both {x!r}", hint="choose two different knobs")

@@ -135,8 +135,8 @@ class FeasibilityModel:
         configs = list(configs)
         if not configs:
             return np.ones(0)
-        X = self.classifier._encode(configs, "configs") if self.classifier is not None else \
-            self.memory._encode(configs, "configs") if self.memory is not None else None
+        X = self.classifier.encode(configs) if self.classifier is not None else \
+            self.memory.encode(configs) if self.memory is not None else None
         return self.predict_encoded(X, len(configs), memory_limit)
 
     def predict_encoded(self, X: torch.Tensor | None, n: int,
@@ -149,14 +149,14 @@ class FeasibilityModel:
         if self.all_failed:
             return np.zeros(n)
         if self.classifier is not None:
-            mu, var = self.classifier._posterior_encoded(X)
+            mu, var = self.classifier.posterior_encoded(X)
             p *= norm.cdf(mu / np.sqrt(var + self.classifier._new_noise_var))
         if memory_limit is not None:
             if not (isinstance(memory_limit, (int, float)) and memory_limit > 0):
                 raise PredictorError(f"memory_limit = {memory_limit!r} must be > 0 (GiB)",
                                      hint="e.g. memory_limit=80 for an 80 GiB device")
             if self.memory is not None:
-                mu, var = self.memory._posterior_encoded(X)
+                mu, var = self.memory.posterior_encoded(X)
                 sd = np.sqrt(var + self.memory._new_noise_var)
                 p *= norm.cdf((math.log(memory_limit) - mu) / sd)
         return p

@@ -174,21 +174,39 @@ class GPPredictor(BasePredictor):
         return (f"GPPredictor(objective={self.objective!r}, log_objective={self.log_objective}, "
                 f"categorical={self.categorical!r}, {state})")
 
-    # -- input checks ---------------------------------------------------------------------------
+    # -- input checks and the model's inputs -----------------------------------------------------
+    def encode(self, configs: Sequence[dict]) -> torch.Tensor:
+        """The model's input rows for ``configs``, checked: float64, shape (n, d).
+
+        The space's columns (``space.encode``; with ``categorical="mixed"`` a category's index
+        instead of its one-hot block), then, with ``features`` or a ``cost_model``, the columns
+        of :meth:`derived_columns`. Rows made here go to :meth:`posterior_encoded`; a caller
+        that scores a fixed pool many times encodes it once.
+        """
+        return self._encode(configs, "configs")
+
     def _encode(self, configs: Sequence[dict], what: str) -> torch.Tensor:
         X = super()._encode(configs, what)
         if self.cost_model is not None or self.features is not None:
             import torch
 
-            return torch.cat([X, self._extra_columns(list(configs), what)], dim=1)
+            return torch.cat([X, self.derived_columns(list(configs), what)], dim=1)
         return X if self._cat_blocks() == [] else _one_hot_to_index(X, self._cat_blocks())
 
-    def _extra_columns(self, configs: list[dict], what: str) -> torch.Tensor:
-        """The columns after the space's: the log ``features`` and the log cost terms (the
-        kernel's inputs), then the log cost terms again (the mean's input), shape
-        (n, f + 2 k). Kept apart because the kernel sees its columns normalised."""
+    def derived_columns(self, configs: Sequence[dict], what: str = "configs") -> torch.Tensor:
+        """The input columns after the space's, float64, shape (n, f + 2 k): the log
+        ``features`` (f) and the log cost terms (k), which the kernel sees normalised, then the
+        log cost terms again, which the mean reads raw. Empty (n, 0) without either function.
+
+        Args:
+            configs: Configurations of the space.
+            what: How an error message names them (e.g. ``"candidates"``).
+        """
         import torch
 
+        if self.features is None and self.cost_model is None:
+            return torch.zeros((len(configs), 0), dtype=torch.float64)
+        configs = list(configs)
         parts = []
         if self.features is not None:
             parts.append(self._logs("features", self.features, configs, what, self._n_feats))
@@ -538,19 +556,28 @@ class GPPredictor(BasePredictor):
     def _posterior(self, configs: Sequence[dict]) -> tuple[np.ndarray, np.ndarray]:
         """Posterior mean and variance of the latent function in model units, shape (n,) each."""
         self._check_fitted()
-        return self._posterior_encoded(self._encode(configs, "configs"))
+        return self.posterior_encoded(self._encode(configs, "configs"))
 
-    def _posterior_encoded(self, X: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
-        """:meth:`_posterior` of rows already in the model's input encoding (``self._encode``;
-        ``space.encode`` with one-hot categoricals): callers that score a large fixed pool many
-        times encode it once.
+    def posterior_encoded(self, X: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
+        """Posterior mean and variance of the latent function at rows encoded by :meth:`encode`.
 
         For a ``SingleTaskGP`` (``MixedSingleTaskGP`` and a cost-model mean included) the exact
         predictive mean and variance are computed here from one Cholesky factor of the training
         kernel matrix (``mu = m(x*) + k*^T alpha``, ``var = k** - |L^-1 k*|^2``), cached per
         fitted model: GPyTorch's general posterior builds a lazy joint covariance per chunk and
         was 3-30x slower for tens of thousands of candidates. Other models go through
-        ``model.posterior``. Both agree to rounding (``tests/test_surrogate.py``).
+        ``model.posterior``. Both agree to rounding (``tests/test_surrogate.py``). Searchers and
+        :class:`~cubicml_lab.surrogate.feasibility.FeasibilityModel` score their pools here.
+
+        Args:
+            X: Encoded rows, shape (n, d), as :meth:`encode` returns.
+
+        Returns:
+            ``(mean, variance)``, float64 arrays of shape (n,), in model units (the log of the
+            objective by default); the variance is the latent function's, without the noise.
+
+        Raises:
+            PredictorError: Before :meth:`fit`.
         """
         import gpytorch
         import torch

@@ -33,7 +33,7 @@ class PredictorExplorer(W.VBox):
             prediction.
         memory_limit: Device memory in GiB for P(fits) (with a memory model).
         feasibility: A fitted :class:`~cubicml_lab.surrogate.FeasibilityModel` for P(fits);
-            default: the predictor's own (``fit_feasibility``), if any. Without one P(fits) is
+            default: the predictor's own (its ``feasibility`` attribute), if any. Without one P(fits) is
             omitted.
         unit: Unit of the objective shown after the numbers, e.g. ``"tokens/s"``.
 
