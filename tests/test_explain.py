@@ -251,3 +251,18 @@ def test_shipped_cost_models_name_their_terms():
         except cml.errors.DataError:  # a sweep not collected on this machine
             continue
         assert len(ds.cost_model.term_names) == len(ds.cost_model(ds.configs()[0])), name
+
+
+def test_knob_values_of_wide_knobs_are_spaced_without_listing_them():
+    import time
+
+    space = Space([Int("x", 0, 10**12), Int("y", 1, 10**8, log=True), PowerOfTwo("m", 1, 2**20),
+                   Choice("c", list("abcdefghijklmnop"))])
+    t0 = time.perf_counter()
+    x, y, m, c = (knob_values(space, k) for k in "xymc")
+    assert time.perf_counter() - t0 < 1.0  # listing 10**12 values would never finish
+    assert x[0] == 0 and x[-1] == 10**12 and len(x) == 12 and x == sorted(x)
+    assert y[0] == 1 and y[-1] == 10**8 and y[5] < 10**4  # log-spaced, not 10**8 / 11 apart
+    assert all(space.contains({"x": a, "y": b, "m": 2, "c": "a"}) for a, b in zip(x, y))
+    assert m[0] == 1 and m[-1] == 2**20 and all(v & (v - 1) == 0 for v in m)
+    assert c[0] == "a" and c[-1] == "p" and len(c) == 12

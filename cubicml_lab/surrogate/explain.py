@@ -57,12 +57,15 @@ def knob_values(space: Space, knob: str, max_values: int = MAX_GRID) -> list[Any
     param = space[knob]
     if param.is_discrete and len(param.values()) <= max_values:
         return param.values()
-    if param.is_discrete:  # evenly spaced in the knob's encoding (log for Int(log=True))
+    if param.is_discrete and len(param.encoded_names()) == 1:
+        # evenly spaced in the knob's encoding (log for Int(log=True)), decoded to the nearest
+        # allowed value: a wide Int is never listed
+        (lo, hi), = param.encoded_bounds()
+        out = [param.decode([float(t)]) for t in np.linspace(lo, hi, max_values)]
+        return list(dict.fromkeys(out))
+    if param.is_discrete:  # one-hot categories: evenly spaced positions in their order
         values = param.values()
-        single = len(param.encoded_names()) == 1
-        enc = np.array([param.encode(v)[0] if single else i for i, v in enumerate(values)])
-        targets = np.linspace(enc[0], enc[-1], max_values)
-        idx = np.unique(np.abs(enc[None, :] - targets[:, None]).argmin(axis=1))
+        idx = np.unique(np.linspace(0, len(values) - 1, max_values).round().astype(int))
         return [values[i] for i in idx]
     lo, hi = param.encoded_bounds()[0]
     grid = np.linspace(lo, hi, max_values)
