@@ -9,21 +9,32 @@ never an exception that ends the campaign.
 
 A campaign whose name already has trials in the store resumes: finished trials are told to the
 searcher, and trials left ``pending`` or ``running`` by an interrupted run (a closed notebook, a
-killed process) are run again first.
+killed process) are run again first. Each running trial carries the record of its process (host,
+pid and start time of the trial process and of the campaign process that owns it, in
+``trial.hardware["process"]``): a trial whose campaign died is ended first (by pid and start
+time, so a recycled pid is never signalled) and then run again; a trial whose campaign is alive
+(another process sharing the store) is left to it, and its configuration is held as pending, so
+no configuration ever runs twice at once. The launchers end a trial process when its campaign
+dies, and the folders of dead campaigns' trials are swept when a campaign starts.
 
 Example:
-    >>> import cubicml_lab as cml  # doctest: +SKIP
-    >>> camp = cml.Campaign("gpt-cpu", space, workload="gpt", store=cml.TrialStore("data/lab.sqlite"))
-    >>> camp.run(budget=12)                                  # a pandas DataFrame, one row per trial
+    >>> import cubicml_lab as cml
+    >>> space = cml.Space([cml.PowerOfTwo("micro_batch", 1, 8)])
+    >>> camp = cml.Campaign("gpt-cpu", space, workload="gpt",            # doctest: +SKIP
+    ...                     store=cml.TrialStore("data/lab.sqlite"))
+    >>> df = camp.run(budget=12)        # doctest: +SKIP
 """
 
 from __future__ import annotations
 
 import concurrent.futures as cf
+import inspect
 import json
 import math
-from dataclasses import replace
+import threading
+import warnings
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from .errors import ConfigError, LaunchError, SearchError, SpaceError, StoreError
@@ -39,6 +50,18 @@ if TYPE_CHECKING:
     from .search import Searcher
 
 __all__ = ["Campaign", "format_trial"]
+
+#: ``(store file, trial id)`` of the trials running in this process (any Campaign object).
+_LIVE: set[tuple[str, int]] = set()
+_LIVE_LOCK = threading.Lock()
+
+
+class _Taken(StoreError):
+    """Another process claimed the trial first: it runs there, not here."""
+
+
+def _live_key(store: TrialStore, trial_id: int) -> tuple[str, int]:
+    return (str(store.path.resolve()), trial_id)
 
 
 def _launcher_failure(err: Exception) -> TrialResult:
@@ -127,6 +150,9 @@ class Campaign:
         self._observers: list[Callable[[str, Any], None]] = []
         self._resumed: list[Proposal] = []
         self._in_flight: dict[int, Proposal] = {}
+        self._held: set[int] = set()  # trials running in another live process
+        self._taking: set[int] = set()  # interrupted trials being taken to run (see _next)
+        self._swept = False
 
         knobs = set(self.workload.default_config())
         not_knobs = [n for n in list(space.names) + list(self.fixed) if n not in knobs]
@@ -240,25 +266,70 @@ class Campaign:
     def _sync(self) -> int:
         """Read the store: tell the searcher every finished trial it has not heard of, and queue
         the trials an interrupted run left ``pending`` or ``running`` (those are run again
-        first). Returns the number of finished trials."""
+        first; a running one is ended first if its campaign died, or held as pending if its
+        campaign is alive elsewhere). Returns the number of finished trials."""
+        if not self._swept:
+            from .launch.process import sweep_trial_dirs
+
+            sweep_trial_dirs()
+            self._swept = True
         finished = 0
-        in_flight = set(self._in_flight)
-        queued = {p.trial_id for p in [*self._resumed, *self.proposals]}
+        queued = {p.trial_id for p in [*self._resumed, *self.proposals]} | self._taking
         for t in self.store.trials(self.name):
             if t.status in FINAL_STATUSES:
                 self._tell(t)
+                self._held.discard(t.id)
                 finished += 1
-            elif t.id not in in_flight and t.id not in queued:
-                if t.status == "running":
-                    self.store.reset_trial(t.id)
-                config = {n: t.config[n] for n in self.space.names}
-                hold = getattr(self.searcher, "mark_pending", None)
-                if callable(hold):  # so that a parallel ask never proposes it a second time
-                    hold(config)
-                self._resumed.append(Proposal(
-                    config=config, objective=self.objective, phase="resumed", trial_id=t.id,
-                    reason=f"trial {t.id} was interrupted before it finished: run again first"))
+            elif t.id in self._in_flight or t.id in queued:
+                continue
+            elif t.status == "running" and not self._recover(t):
+                self._hold(t)
+            else:
+                self._held.discard(t.id)
+                self._queue_resumed(t)
         return finished
+
+    def _recover(self, t: Trial) -> bool:
+        """A trial the store says is running but this campaign is not running. Returns True when
+        it is back to ``pending`` (its campaign died: its process, if any, was ended first), False
+        when it runs elsewhere (a live campaign process, another host) or would not die."""
+        from .launch.process import end_trial_process, owner_state
+
+        record = (t.hardware or {}).get("process")
+        state = owner_state(record)
+        if state in ("alive", "elsewhere"):
+            return False
+        if state == "this process":
+            with _LIVE_LOCK:
+                if _live_key(self.store, t.id) in _LIVE:
+                    return False
+        if not end_trial_process(record):
+            warnings.warn(f"{self.name}: trial {t.id}'s process {record.get('pid')} outlived its "
+                          "campaign and would not die; it stays 'running'", stacklevel=3)
+            return False
+        try:
+            self.store.reset_trial(t.id)
+        except StoreError:  # another process resumed it first
+            return self.store.get_trial(t.id).status == "pending"
+        return True
+
+    def _hold(self, t: Trial) -> None:
+        """Keep a trial that runs elsewhere out of this searcher's proposals until it is told."""
+        if t.id not in self._held:
+            hold = getattr(self.searcher, "mark_pending", None)
+            if callable(hold):
+                hold({n: t.config[n] for n in self.space.names})
+            self._held.add(t.id)
+
+    def _queue_resumed(self, t: Trial) -> None:
+        """Run an interrupted trial again first, held as pending so no ask proposes it too."""
+        config = {n: t.config[n] for n in self.space.names}
+        hold = getattr(self.searcher, "mark_pending", None)
+        if callable(hold):  # so that a parallel ask never proposes it a second time
+            hold(config)
+        self._resumed.append(Proposal(
+            config=config, objective=self.objective, phase="resumed", trial_id=t.id,
+            reason=f"trial {t.id} was interrupted before it finished: run again first"))
 
     def propose(self, n: int = 1) -> list[Proposal]:
         """The next ``n`` configurations to run, with the searcher's figures (nothing runs).
@@ -273,11 +344,23 @@ class Campaign:
         if not isinstance(n, int) or isinstance(n, bool) or n < 1:
             raise ConfigError(f"propose(n={n!r}): n must be an int >= 1", hint="e.g. propose(1)")
         self._sync()
-        out = [self._resumed.pop(0) for _ in range(min(n, len(self._resumed)))]
+        out = self._take_resumed(n)
         if len(out) < n:
             out += self._searcher_proposals(n - len(out))
         self.proposals.extend(out)
         self._emit("proposed", list(out))
+        return out
+
+    def _take_resumed(self, n: int) -> list[Proposal]:
+        """Up to ``n`` interrupted trials to run again, none with the configuration of a trial
+        in flight or of another one taken now (those wait for a later call)."""
+        busy = {self.space.key(p.config) for p in [*self._in_flight.values(), *self.proposals]}
+        out: list[Proposal] = []
+        for p in list(self._resumed):
+            if len(out) < n and self.space.key(p.config) not in busy:
+                self._resumed.remove(p)
+                busy.add(self.space.key(p.config))
+                out.append(p)
         return out
 
     def _searcher_proposals(self, n: int) -> list[Proposal]:
@@ -345,16 +428,25 @@ class Campaign:
 
         Returns:
             The stored trial, or None when the kernel was interrupted (the trial is then back
-            in the queue, to run first next time).
+            in the queue, to run first next time) or another process sharing the campaign
+            claimed this trial first (it runs there).
+
+        Raises:
+            LaunchError: The launcher could not start the trial (it is re-queued).
         """
         p = self._as_proposal(proposal, config)
         trial_id, params = self._start(p)
         try:
-            result = self.launcher.run(self._spec(params))
+            result = self._run_one(trial_id, params)
         except KeyboardInterrupt:
             self._requeue([(trial_id, params)], announce=verbose)
             return None
-        except LaunchError:
+        except _Taken:
+            self._drop(trial_id, announce=verbose)
+            return None
+        except LaunchError as err:
+            self._requeue([(trial_id, params)], announce=False,
+                          reason=f"the launcher failed: {err}")
             raise
         except Exception as err:  # recorded as data, as in run()
             result = _launcher_failure(err)
@@ -364,6 +456,8 @@ class Campaign:
         return trial
 
     def _start(self, p: Proposal) -> tuple[int, dict[str, Any]]:
+        """Add the trial to the store (``pending``) unless it is an interrupted one; it becomes
+        ``running`` when its process is up (:meth:`_claim`)."""
         params = dict(p.config)
         if p.trial_id is None:
             trial_id = self.store.add_trial(self.name, self._record_config(params),
@@ -371,30 +465,93 @@ class Campaign:
                                             workload_version=self.workload.version)
         else:
             trial_id = p.trial_id
-        self.store.mark_running(trial_id)
+        with _LIVE_LOCK:
+            _LIVE.add(_live_key(self.store, trial_id))
         self._in_flight[trial_id] = p
-        self._emit("started", trial_id)
         return trial_id, params
+
+    def _run_one(self, trial_id: int, params: dict[str, Any],
+                 claimed: threading.Event | None = None) -> TrialResult:
+        """Launch one trial in the calling thread, claiming it in the store once its process is
+        up; then set ``claimed`` (a worker thread) or emit ``"started"`` (the caller's thread).
+        Raises :class:`_Taken` when another process claimed it first."""
+
+        def on_start(record: dict[str, Any]) -> None:
+            self._claim(trial_id, record)
+            if claimed is None:
+                self._emit("started", trial_id)
+            else:
+                claimed.set()
+
+        spec = self._spec(params)
+        if self._launcher_reports_start():
+            return self.launcher.run(spec, on_start=on_start)
+        from .launch.process import trial_record
+
+        on_start(trial_record())  # a launcher of its own: this process is the one to record
+        return self.launcher.run(spec)
+
+    def _launcher_reports_start(self) -> bool:
+        try:
+            params = inspect.signature(self.launcher.run).parameters
+        except (TypeError, ValueError):
+            return False
+        return "on_start" in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
+
+    def _claim(self, trial_id: int, record: dict[str, Any]) -> None:
+        """``pending -> running`` with the trial process's record; another process that got
+        there first makes it :class:`_Taken`."""
+        try:
+            self.store.mark_running(trial_id, hardware={"process": dict(record)})
+        except StoreError as err:
+            if self.store.get_trial(trial_id).status != "pending":
+                raise _Taken(f"trial {trial_id} was claimed by another process",
+                             hint="two processes share this campaign") from err
+            raise
 
     def _finish(self, trial_id: int, params: dict[str, Any], result: TrialResult) -> Trial:
         self.store.finish_trial(trial_id, status=result.status, metrics=result.metrics,
                                 hardware=result.hardware, error=result.error)
-        self._in_flight.pop(trial_id, None)
+        self._forget_flight(trial_id)
         trial = self.store.get_trial(trial_id)
         self._tell(trial)
         self._emit("finished", trial)
         return trial
 
-    def _requeue(self, started: list[tuple[int, dict[str, Any]]], *, announce: bool) -> None:
-        """After an interrupt: trials in flight go back to ``pending`` in the store (run again
-        first on the next call) and leave the searcher's pending set."""
+    def _forget_flight(self, trial_id: int) -> None:
+        self._in_flight.pop(trial_id, None)
+        with _LIVE_LOCK:
+            _LIVE.discard(_live_key(self.store, trial_id))
+
+    @staticmethod
+    def _runs_here(t: Trial) -> bool:
+        """A ``running`` trial claimed by this process (or with no record of who claimed it)."""
+        from .launch.process import owner_state
+
+        return t.status == "running" and owner_state(
+            (t.hardware or {}).get("process")) in ("this process", "unknown")
+
+    def _drop(self, trial_id: int, *, announce: bool) -> None:
+        """Another process claimed this trial first: it runs there; hold its configuration as
+        pending until it is told (the next sync reads its result)."""
+        self._forget_flight(trial_id)
+        self._hold(self.store.get_trial(trial_id))
+        if announce:
+            print(f"{self.name}: trial {trial_id} was claimed by another process; left to it")
+
+    def _requeue(self, started: list[tuple[int, dict[str, Any]]], *, announce: bool,
+                 reason: str = "interrupted") -> None:
+        """After an interrupt (or a launcher that cannot start trials): trials in flight go back
+        to ``pending`` in the store (run again first on the next call) and leave the searcher's
+        pending set."""
         for trial_id, params in started:
-            self._in_flight.pop(trial_id, None)
-            self.store.reset_trial(trial_id)
+            self._forget_flight(trial_id)
+            if self._runs_here(self.store.get_trial(trial_id)):
+                self.store.reset_trial(trial_id)
             release = getattr(self.searcher, "release", None)
             if callable(release):
                 release(params)
-        self.stop_reason = "interrupted"
+        self.stop_reason = reason
         self._emit("stopped", self.stop_reason)
         if announce:
             n = len(started)
@@ -438,41 +595,37 @@ class Campaign:
         if self._resumed and verbose:
             write(f"resuming {self.name!r}: {finished} finished, {len(self._resumed)} "
                   "interrupted trial(s) run again first")
+
+        def report(trial_id: int, params: dict[str, Any], result: TrialResult,
+                   trial: Trial) -> None:
+            bar.update(1)
+            if verbose:
+                write(format_trial(trial_id, self.space, params, result, self.objective))
+            if on_trial is not None:
+                on_trial(trial)
+
         in_flight: dict[cf.Future[TrialResult], tuple[int, dict[str, Any]]] = {}
         pool = cf.ThreadPoolExecutor(max_workers=parallel, thread_name_prefix="trial")
-        interrupted = False
+        stopped_by: BaseException | None = None
         try:
-            while finished < budget:
-                room = min(parallel - len(in_flight), budget - finished - len(in_flight))
-                for p in self._next(room, review) if room > 0 and self.stop_reason is None else []:
-                    trial_id, params = self._start(p)
-                    fut = pool.submit(self.launcher.run, self._spec(params))
-                    in_flight[fut] = (trial_id, params)
-                if not in_flight:
-                    break
-                done, _ = cf.wait(in_flight, return_when=cf.FIRST_COMPLETED)
-                for fut in done:
-                    trial_id, params = in_flight.pop(fut)
-                    result = self._result_of(fut)
-                    trial = self._finish(trial_id, params, result)
-                    finished += 1
-                    bar.update(1)
-                    if verbose:
-                        write(format_trial(trial_id, self.space, params, result, self.objective))
-                    if on_trial is not None:
-                        on_trial(trial)
-                self._check_stop_rule()
-        except KeyboardInterrupt:
-            interrupted = True
+            finished = self._loop(budget, parallel, finished, pool, in_flight, review, report)
+        except (KeyboardInterrupt, LaunchError) as err:
+            stopped_by = err
             cancel = getattr(self.launcher, "cancel", None)
             if callable(cancel):
                 cancel()  # kill the trial processes so the threads return at once
         finally:
             bar.close()
-            pool.shutdown(wait=not interrupted or callable(getattr(self.launcher, "cancel", None)),
+            pool.shutdown(wait=stopped_by is None or callable(getattr(self.launcher, "cancel",
+                                                                      None)),
                           cancel_futures=True)
-        if interrupted:
-            self._requeue(list(in_flight.values()), announce=True)
+        if stopped_by is not None:  # what was in flight runs again first next time
+            self._requeue(list(in_flight.values()),
+                          announce=isinstance(stopped_by, KeyboardInterrupt),
+                          reason="interrupted" if isinstance(stopped_by, KeyboardInterrupt)
+                          else f"the launcher failed: {stopped_by}")
+            if isinstance(stopped_by, LaunchError):
+                raise stopped_by
             return self.store.to_dataframe(self.name)
         if self.stop_reason is None:
             self.stop_reason = "budget reached"
@@ -480,6 +633,41 @@ class Campaign:
         if verbose:
             print(f"{self.name}: {finished} finished trials; stopped: {self.stop_reason}")
         return self.store.to_dataframe(self.name)
+
+    def _loop(self, budget: int, parallel: int, finished: int, pool: cf.ThreadPoolExecutor,
+              in_flight: dict[cf.Future[TrialResult], tuple[int, dict[str, Any]]],
+              review: Callable[[Proposal], Any] | None,
+              report: Callable[[int, dict[str, Any], TrialResult, Trial], None]) -> int:
+        """Keep up to ``parallel`` trials in flight until ``budget`` are finished (or the
+        searcher stops); returns the number finished. ``in_flight`` holds what is running."""
+        while finished < budget:
+            room = min(parallel - len(in_flight), budget - finished - len(in_flight))
+            for p in self._next(room, review) if room > 0 and self.stop_reason is None else []:
+                trial_id, params = self._start(p)
+                claimed = threading.Event()
+                fut = pool.submit(self._run_one, trial_id, params, claimed)
+                in_flight[fut] = (trial_id, params)
+                while not claimed.wait(0.01) and not fut.done():
+                    pass  # "started" once the trial is running in the store, as observers expect
+                if claimed.is_set():
+                    self._emit("started", trial_id)
+            if not in_flight:
+                break
+            done, _ = cf.wait(in_flight, return_when=cf.FIRST_COMPLETED)
+            for fut in done:
+                trial_id, params = in_flight.pop(fut)
+                try:
+                    result = self._result_of(fut)
+                except _Taken:
+                    self._drop(trial_id, announce=False)
+                    continue
+                except LaunchError:
+                    in_flight[fut] = (trial_id, params)  # re-queued with the others
+                    raise
+                report(trial_id, params, result, self._finish(trial_id, params, result))
+                finished += 1
+            self._check_stop_rule()
+        return finished
 
     def _check_stop_rule(self) -> None:
         should_stop = getattr(self.searcher, "should_stop", None)
@@ -491,11 +679,15 @@ class Campaign:
         """Up to ``room`` proposals to launch, each passed through ``review`` when given."""
         out: list[Proposal] = []
         while len(out) < room and self.stop_reason is None:
+            # taken but not started yet: the sync in propose() must not queue them again
+            self._taking = {p.trial_id for p in out if p.trial_id is not None}
             try:
                 batch = self.propose(room - len(out))
             except SearchError as err:
                 self.stop_reason = f"search space exhausted ({err.message})"
                 break
+            finally:
+                self._taking = set()
             for p in batch:
                 choice = p.config if review is None else review(p)
                 if choice is None:
@@ -508,7 +700,7 @@ class Campaign:
     def _result_of(fut: cf.Future[TrialResult]) -> TrialResult:
         try:
             return fut.result()
-        except LaunchError:
+        except (LaunchError, _Taken):
             raise
         except Exception as err:  # a launcher bug must not lose the campaign: record it as data
             return _launcher_failure(err)

@@ -7,6 +7,8 @@ torchrun or Slurm jobs) all run this::
 
 In order, it:
 
+0. under a launcher's guard or torchrun, asks to be killed when its parent dies
+   (:func:`die_with_parent`), so a trial never outlives its campaign;
 1. applies the memory limit (``RLIMIT_AS``, virtual address space, in GiB) before anything
    imports torch, so that every allocation of the trial counts against it;
 2. reads the spec (see :mod:`cubicml_lab.launch.base`); a missing or malformed file is an error
@@ -123,9 +125,18 @@ def _run(spec: dict[str, Any]) -> TrialResult:
 
 
 def die_with_parent() -> None:
-    """Under torchrun (Linux): get SIGKILL when the torchrun agent dies, so no worker outlives a
-    killed job (the agent starts its workers in their own sessions)."""
-    if "TORCHELASTIC_RUN_ID" not in os.environ or not sys.platform.startswith("linux"):
+    """Get ``SIGKILL`` when the parent dies (Linux, ``PR_SET_PDEATHSIG``), so that no trial
+    process outlives the launcher that started it.
+
+    Applies under a launcher's guard (``CUBICML_LAB_GUARD_PID`` set: the parent is the guard, or
+    under torchrun the agent that the guard started) and under torchrun (whose agent starts its
+    workers in their own sessions, out of reach of a signal to its group). A process whose parent
+    is already not the expected one (the parent died before the request took effect) exits at
+    once. Run by hand, outside both, it does nothing.
+    """
+    guard = os.environ.get("CUBICML_LAB_GUARD_PID", "")
+    torchrun = "TORCHELASTIC_RUN_ID" in os.environ
+    if not (guard.isdigit() or torchrun) or not sys.platform.startswith("linux"):
         return
     import ctypes
     import signal
@@ -135,8 +146,18 @@ def die_with_parent() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG = 1
     except (OSError, AttributeError):
         return
-    if os.getppid() != parent:  # the agent died before the request took effect
+    if os.getppid() != parent:  # the parent died before the request took effect
         os._exit(1)
+    if guard.isdigit() and int(guard) not in (parent, _parent_of(parent)):
+        os._exit(1)  # orphaned before we got here: the guard is gone
+
+
+def _parent_of(pid: int) -> int | None:
+    """The parent pid of ``pid`` (Linux ``/proc``), or None."""
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def result_path_for_rank(path: str, rank: int) -> str:
@@ -169,6 +190,7 @@ def main(argv: list[str] | None = None) -> int:
         help="cap on the virtual address space (RLIMIT_AS) in GiB, applied before torch loads",
     )
     args = parser.parse_args(argv)
+    die_with_parent()
     if args.memory_limit_gib is not None:
         try:
             apply_memory_limit(args.memory_limit_gib)
@@ -180,7 +202,6 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as err:
         print(f"cubicml_lab.trial: {err}", file=sys.stderr)
         return EXIT_USAGE
-    die_with_parent()
     rank = int(os.environ.get("RANK", "0") or 0)
     result = _run(spec)
     if rank == 0 or result.status != "ok":

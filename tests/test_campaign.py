@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 import cubicml_lab as cml
@@ -188,7 +190,7 @@ camp = cml.Campaign("int", space, workload="gpt", store=store,
                     launcher=cml.launch.Subprocess(timeout_s=300),
                     searcher=cml.RandomSearch(space, seed=0),
                     measure_options={"max_time_s": 120, "warmup_max_s": 0.5, "min_steps": 3,
-                                     "target_rel_ci": 1e-9},
+                                     "max_steps": 10**7, "target_rel_ci": 1e-9},
                     fixed={"d_model": 32, "n_layers": 1, "n_heads": 2, "seq_len": 32, "vocab": 128})
 df = camp.run(budget=2, progress=False)
 print("returned", len(df), camp.stop_reason)
@@ -236,3 +238,240 @@ def test_interrupt_stops_with_one_line_and_requeues(tmp_path):
     with cml.TrialStore(path) as store:
         [trial] = store.trials("int")
         assert trial.status == "pending"
+
+
+# -- nothing lost: a killed campaign, orphaned trial processes, resume at any parallel ----------
+FAKE_TRIAL = """\
+#!{python}
+import json, os, sys, time
+argv = sys.argv[1:]
+spec = json.load(open(argv[argv.index("--spec") + 1]))
+mb = spec["config"]["micro_batch"]
+with open(os.environ["FAKE_LOG"], "a") as f:
+    f.write(f"start {{mb}} {{os.getpid()}} {{time.time()}}\\n")
+time.sleep(600 if os.path.exists(os.environ["FAKE_HANG"]) else 0.4)
+with open(os.environ["FAKE_LOG"], "a") as f:
+    f.write(f"end {{mb}} {{os.getpid()}} {{time.time()}}\\n")
+json.dump({{"status": "ok", "metrics": {{"throughput": 100.0 * mb}}, "hardware": {{}},
+           "workload": "gpt", "config": spec["config"]}},
+          open(argv[argv.index("--result") + 1], "w"))
+"""
+KILLED_CAMPAIGN = """
+import sys, cubicml_lab as cml
+path, budget, parallel, fake = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+space = cml.Space([cml.PowerOfTwo("micro_batch", 1, 64)])
+camp = cml.Campaign("k", space, workload="gpt", store=cml.TrialStore(path),
+                    launcher=cml.launch.Subprocess(python=fake, timeout_s=600),
+                    searcher=cml.RandomSearch(space, seed=0))  # same seed: same first proposals
+camp.run(budget, parallel, progress=False, verbose=False)
+"""
+
+
+def _alive(pid):
+    """True if ``pid`` exists and is not a zombie (pid 1 here may never reap orphans)."""
+    import pathlib
+
+    try:
+        state = pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state not in ("Z", "X")
+
+
+def _log(path):
+    """``[(event, micro_batch, pid, time)]`` written by FAKE_TRIAL."""
+    if not path.exists():
+        return []
+    return [(e, int(mb), int(pid), float(t)) for e, mb, pid, t in
+            (line.split() for line in path.read_text().splitlines())]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+@pytest.mark.parametrize("parallel", [2, 3])
+def test_killed_campaign_ends_its_trials_and_resumes_each_one_once(tmp_path, parallel):
+    """SIGKILL a campaign while its trials hang: the trial processes are gone within a couple
+    of seconds and leave no folder; the resumed campaign (same seed: its searcher would propose
+    the interrupted configurations first) runs each interrupted configuration once."""
+    import os
+    import pathlib
+    import subprocess
+    import time
+
+    fake, hang, log, tmp = (tmp_path / "py", tmp_path / "hang", tmp_path / "log",
+                            tmp_path / "tmp")
+    fake.write_text(FAKE_TRIAL.format(python=sys.executable))
+    fake.chmod(0o755)
+    hang.touch()
+    tmp.mkdir()
+    env = {**os.environ, "FAKE_LOG": str(log), "FAKE_HANG": str(hang), "TMPDIR": str(tmp)}
+    args = [sys.executable, "-c", KILLED_CAMPAIGN, str(tmp_path / "lab.sqlite"), "6",
+            str(parallel), str(fake)]
+    proc = subprocess.Popen(args, env=env)
+    deadline = time.monotonic() + 120
+    while len(_log(log)) < parallel:
+        assert time.monotonic() < deadline and proc.poll() is None
+        time.sleep(0.05)
+    hung = [pid for _, _, pid, _ in _log(log)]
+    guards = [int(pathlib.Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()[1])
+              for p in hung]
+    proc.kill()
+    proc.wait()
+    killed_at = time.time()
+    while any(map(_alive, hung + guards)) or list(tmp.iterdir()):
+        assert time.time() - killed_at < 2.0, "a trial process or its folder outlived the kill"
+        time.sleep(0.02)
+    interrupted = {mb for _, mb, _, _ in _log(log)}
+    assert len(interrupted) == parallel
+    hang.unlink()
+    subprocess.run(args, env=env, check=True, timeout=300)
+    events = _log(log)
+    resumed = [mb for e, mb, _, t in events if e == "start" and t > killed_at]
+    assert sorted(m for m in resumed if m in interrupted) == sorted(interrupted)
+    assert len(resumed) == len(set(resumed)) == 6
+    spans = {}  # pid -> [mb, start, end]; a killed trial ended when its campaign was killed
+    for e, mb, pid, t in events:
+        spans.setdefault(pid, [mb, t, killed_at])[1 if e == "start" else 2] = t
+    runs = sorted(spans.values(), key=lambda s: s[1])
+    for i, (mb, start, end) in enumerate(runs):
+        assert all(other[0] != mb or other[1] >= end for other in runs[i + 1:]), \
+            f"micro_batch={mb} ran twice at once"
+    with cml.TrialStore(tmp_path / "lab.sqlite") as store:
+        trials = store.trials("k")
+        assert [t.status for t in trials] == ["ok"] * 6
+        assert list(tmp.iterdir()) == []
+
+
+def _dead_process():
+    """Identity of a process that has exited."""
+    import subprocess
+
+    from cubicml_lab.launch.process import process_start
+
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    start = process_start(proc.pid)
+    proc.wait()
+    return proc.pid, start
+
+
+def _running_trial(store, name, config, *, pid, start, owner):
+    """A trial marked running by the process ``pid`` for a campaign process ``owner``."""
+    import socket
+
+    tid = store.add_trial(name, {**TINY, **config}, workload="gpt")
+    record = {"host": socket.gethostname(), "pid": pid, "start": start,
+              "owner_pid": owner[0], "owner_start": owner[1]}
+    store.mark_running(tid, hardware={"process": record})
+    return tid
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_resume_ends_a_trial_process_whose_campaign_died_then_runs_it_first(gpt_space,
+                                                                             tmp_store):
+    import subprocess
+
+    from cubicml_lab.launch.process import process_start
+
+    orphan = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"],
+                              start_new_session=True)
+    recycled = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"],
+                                start_new_session=True)
+    try:
+        camp = make("orphans", gpt_space, tmp_store, searcher=cml.RandomSearch(gpt_space, seed=0))
+        owner = _dead_process()
+        config = {"micro_batch": 8, "precision": "fp32", "recompute": "none"}
+        tid = _running_trial(tmp_store, "orphans", config, pid=orphan.pid,
+                             start=process_start(orphan.pid), owner=owner)
+        # a record whose pid now belongs to another process (another start time)
+        other = {"micro_batch": 4, "precision": "bf16", "recompute": "full"}
+        tid2 = _running_trial(tmp_store, "orphans", other, pid=recycled.pid,
+                              start=process_start(recycled.pid) - 1, owner=owner)
+        proposals = camp.propose(gpt_space.size())
+        assert orphan.wait(timeout=5) == -9, "the orphaned trial process must be ended"
+        assert recycled.poll() is None, "a recycled pid must never be signalled"
+        assert [p.trial_id for p in proposals[:2]] == [tid, tid2]
+        assert tmp_store.get_trial(tid).status == tmp_store.get_trial(tid2).status == "pending"
+        keys = [gpt_space.key(p.config) for p in proposals]
+        assert len(keys) == len(set(keys)) == gpt_space.size()
+    finally:
+        orphan.kill()
+        recycled.kill()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_trial_of_a_live_campaign_elsewhere_is_left_to_it_and_never_proposed(gpt_space,
+                                                                             tmp_store):
+    import subprocess
+
+    from cubicml_lab.launch.process import process_start
+
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"],
+                             start_new_session=True)
+    try:
+        identity = (other.pid, process_start(other.pid))
+        config = {"micro_batch": 2, "precision": "bf16", "recompute": "none"}
+        camp = make("shared", gpt_space, tmp_store, searcher=cml.RandomSearch(gpt_space, seed=0))
+        tid = _running_trial(tmp_store, "shared", config, pid=identity[0], start=identity[1],
+                             owner=identity)
+        proposals = camp.propose(gpt_space.size() - 1)
+        assert other.poll() is None and tmp_store.get_trial(tid).status == "running"
+        assert gpt_space.key(config) not in {gpt_space.key(p.config) for p in proposals}
+        # when the other campaign finishes it, this one is told
+        tmp_store.finish_trial(tid, status="ok", metrics={"throughput": 1.0})
+        for p in proposals:
+            camp.skip(p)
+        with pytest.raises(cml.errors.SearchError):
+            camp.propose(1)
+        assert camp.searcher.n_told == 1
+    finally:
+        other.kill()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_a_trial_another_process_claims_first_is_left_to_it(gpt_space, tmp_store):
+    """Two processes resuming one campaign both queue its pending trial; the store lets one
+    claim it: the other runs nothing, leaves the trial alone and never proposes its config."""
+    import socket
+    import subprocess
+
+    from cubicml_lab.launch.process import process_start
+
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"],
+                             start_new_session=True)
+    try:
+        config = {"micro_batch": 4, "precision": "fp32", "recompute": "full"}
+        camp = make("race", gpt_space, tmp_store, searcher=cml.RandomSearch(gpt_space, seed=0))
+        tid = tmp_store.add_trial("race", {**TINY, **config}, workload="gpt")  # left pending
+        [p] = camp.propose(1)
+        assert p.trial_id == tid
+        record = {"host": socket.gethostname(), "pid": other.pid,
+                  "start": process_start(other.pid), "owner_pid": other.pid,
+                  "owner_start": process_start(other.pid)}
+        tmp_store.mark_running(tid, hardware={"process": record})  # the other one got there
+        assert camp.launch(p, verbose=False) is None
+        trial = tmp_store.get_trial(tid)
+        assert trial.status == "running" and trial.hardware["process"]["pid"] == other.pid
+        proposals = camp.propose(gpt_space.size() - 1)
+        assert gpt_space.key(config) not in {gpt_space.key(q.config) for q in proposals}
+    finally:
+        other.kill()
+
+
+@pytest.mark.slow
+def test_resumed_trial_is_launched_once_when_review_skips_beside_it(gpt_space, tmp_store):
+    """A skip makes run() ask again while an interrupted trial is already taken: the second ask
+    must not hand out that trial a second time."""
+    camp = make("skip2", gpt_space, tmp_store, searcher=cml.RandomSearch(gpt_space, seed=0))
+    config = {"micro_batch": 2, "precision": "fp32", "recompute": "none"}
+    tid = tmp_store.add_trial("skip2", {**TINY, **config}, workload="gpt")  # left pending
+    skipped = []
+
+    def review(p):
+        if p.trial_id is None and not skipped:
+            skipped.append(p)
+            return None
+        return p.config
+
+    df = camp.run(budget=3, parallel=2, progress=False, verbose=False, review=review)
+    assert len(df) == 3 and set(df["status"]) == {"ok"}
+    keys = [gpt_space.key({n: r[n] for n in gpt_space.names}) for _, r in df.iterrows()]
+    assert len(set(keys)) == 3 and tmp_store.get_trial(tid).status == "ok"

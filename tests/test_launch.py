@@ -27,6 +27,8 @@ import pytest
 from cubicml_lab.errors import ConfigError, LaunchError
 from cubicml_lab.launch import (InProcess, Launcher, Subprocess, measure, measure_repeats,
                                 repeat_spread)
+from cubicml_lab.launch.process import (end_trial_process, new_trial_dir, process_start,
+                                        sweep_trial_dirs, trial_record)
 from cubicml_lab.measure import TrialResult
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -420,3 +422,167 @@ def test_measure_repeats_refuses_bad_input_before_running():
 
     with pytest.raises(ConfigError, match="tokens_per_s"):
         repeat_spread(pd.DataFrame({"config": [0], "status": ["ok"]}), "tokens_per_s")
+
+
+# ---------------------------------------------------------------- a trial dies with its caller
+
+# A caller that runs one trial from a worker thread (as Campaign(parallel=n) does) and is then
+# killed. argv: python= script, private temp dir.
+KILLED_CALLER = """
+import sys, tempfile, threading
+tempfile.tempdir = sys.argv[2]
+from cubicml_lab.launch import Subprocess
+spec = {"workload": "gpt", "config": {"d_model": 32}}
+worker = threading.Thread(target=Subprocess(python=sys.argv[1], timeout_s=600).run, args=(spec,))
+worker.start()
+worker.join()
+"""
+
+
+def _wait_for(path: Path, timeout_s: float = 30) -> str:
+    deadline = time.monotonic() + timeout_s
+    while not (path.exists() and path.read_text().strip()):
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.02)
+    return path.read_text()
+
+
+def _wait_dead(pids: list[int], timeout_s: float) -> float:
+    """Seconds until none of ``pids`` is alive (fails after ``timeout_s``)."""
+    start = time.monotonic()
+    while any(map(alive, pids)):
+        assert time.monotonic() - start < timeout_s, [p for p in pids if alive(p)]
+        time.sleep(0.01)
+    return time.monotonic() - start
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_sigkilled_caller_leaves_no_trial_process_and_no_folder(tmp_path: Path) -> None:
+    # The trial hangs (and starts a helper that ignores SIGTERM); its caller gets SIGKILL, so no
+    # code of the caller runs again: the guard must end the trial and remove its folder.
+    pids, tmp = tmp_path / "pids", tmp_path / "tmp"
+    tmp.mkdir()
+    script = fake_python(tmp_path, "py", f"""\
+        helper = subprocess.Popen([sys.executable, "-c", "import signal, time; "
+                                   "signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"])
+        open({str(pids)!r}, "w").write(f"{{os.getppid()}} {{os.getpid()}} {{helper.pid}}")
+        time.sleep(600)
+        """)
+    caller = subprocess.Popen([sys.executable, "-c", KILLED_CALLER, str(script), str(tmp)],
+                              cwd=ROOT)
+    try:
+        guard, trial, helper = map(int, _wait_for(pids).split())
+        assert next(tmp.iterdir()).name.startswith("cubicml-trial-")
+        caller.kill()
+        caller.wait()
+        assert _wait_dead([guard, trial, helper], timeout_s=2.0) < 2.0
+        deadline = time.monotonic() + 2
+        while list(tmp.iterdir()) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert list(tmp.iterdir()) == [], "the trial's temporary folder was left behind"
+    finally:
+        caller.kill()
+
+
+def test_guard_keeps_the_trial_when_its_launching_thread_ends(tmp_path: Path) -> None:
+    # PR_SET_PDEATHSIG fires when the parent *thread* exits: the guard must take it as a wake-up
+    # and check its parent process, not kill a trial whose caller is alive.
+    from cubicml_lab.launch.guarded import GUARD
+
+    done = tmp_path / "done"
+    folder = new_trial_dir(str(tmp_path))
+    cmd = [sys.executable, "-c", f"import time; time.sleep(1.0); open({str(done)!r}, 'w')"]
+    guard = [sys.executable, "-I", "-S", GUARD, "--parent", str(os.getpid()),
+             "--dir", folder, "--", *cmd]
+    box: list[subprocess.Popen] = []
+    thread = threading.Thread(target=lambda: box.append(subprocess.Popen(
+        guard, stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True)))
+    thread.start()
+    thread.join()  # the thread that forked the guard is gone now
+    proc = box[0]
+    assert proc.stdout.readline() == b"ready\n"
+    proc.stdin.write(b"go\n")
+    proc.stdin.flush()
+    assert proc.stdout.readline().startswith(b"started ")
+    assert proc.stdout.readline() == b"exited 0\n" and done.exists()
+    assert Path(folder).is_dir()  # kept until the launcher has read it
+    proc.stdin.close()  # done: the guard removes the folder and ends its group
+    proc.wait(timeout=10)
+    assert not Path(folder).exists()
+    proc.stdout.close()
+
+
+def test_on_start_gets_the_trial_process_and_a_refusal_runs_nothing(tmp_path: Path) -> None:
+    marker, tmp = tmp_path / "started", tmp_path / "tmp"
+    tmp.mkdir()
+    script = fake_python(tmp_path, "py", f"""\
+        open({str(marker)!r}, "w").write(str(os.getppid()))
+        json.dump({{"status": "ok", "metrics": {{}}, "hardware": {{}}, "workload": "gpt",
+                   "config": {{}}}}, open(result_path, "w"))
+        """)
+    records: list[dict] = []
+    launcher = Subprocess(python=script, timeout_s=30)
+    import tempfile
+
+    old, tempfile.tempdir = tempfile.tempdir, str(tmp)
+    try:
+        assert launcher.run(TINY_SPEC, on_start=records.append).status == "ok"
+        [record] = records
+        assert record["pid"] == int(marker.read_text())  # the guard, parent of the trial
+        assert record["owner_pid"] == os.getpid() and record["start"] > 0
+        marker.unlink()
+
+        def refuse(record: dict) -> None:
+            raise RuntimeError("claimed elsewhere")
+
+        with pytest.raises(RuntimeError, match="claimed elsewhere"):
+            launcher.run(TINY_SPEC, on_start=refuse)
+        assert not marker.exists(), "a refused trial must never run"
+        assert list(tmp.iterdir()) == []
+    finally:
+        tempfile.tempdir = old
+    seen: list[dict] = []
+    InProcess().run({"workload": "no_such_workload"}, on_start=seen.append)
+    assert seen[0]["pid"] == seen[0]["owner_pid"] == os.getpid()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_end_trial_process_ends_a_group_by_identity_only(tmp_path: Path) -> None:
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead_start = process_start(dead.pid)
+    dead.wait()
+    code = "import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', " \
+           "'import time; time.sleep(600)']); time.sleep(600)"
+    orphan = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
+    try:
+        time.sleep(0.3)
+        record = {**trial_record(orphan.pid), "owner_pid": dead.pid, "owner_start": dead_start}
+        wrong = {**record, "start": record["start"] + 1}  # the same pid, another process
+        assert end_trial_process(wrong) is True  # nothing of *that* process is left
+        assert alive(orphan.pid)
+        assert end_trial_process({**record, "host": "elsewhere"}) is False
+        assert alive(orphan.pid)
+        assert end_trial_process(record) is True
+        orphan.wait(timeout=5)
+        group = subprocess.run(["pgrep", "-g", str(orphan.pid)], capture_output=True, text=True,
+                               check=False).stdout.split()
+        assert not any(alive(int(p)) for p in group)
+        assert end_trial_process(record) is True  # gone: nothing to do
+        assert end_trial_process({"pid": 1}) is True  # not a record: never signals anything
+        assert end_trial_process(trial_record()) is True  # in-process: never this process
+    finally:
+        orphan.kill()
+
+
+def test_sweep_removes_only_the_folders_of_dead_owners(tmp_path: Path) -> None:
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead_start = process_start(dead.pid)
+    dead.wait()
+    orphaned = tmp_path / f"cubicml-trial-{dead.pid}-{dead_start}-00ab"
+    mine = Path(new_trial_dir(str(tmp_path)))
+    other = tmp_path / "cubicml-trial-q1w2e3"  # an older naming: not ours to judge
+    for folder in (orphaned, mine, other):
+        folder.mkdir()
+        (folder / "stderr.txt").write_text("x")
+    assert sweep_trial_dirs(str(tmp_path)) == [str(orphaned)]
+    assert not orphaned.exists() and mine.exists() and other.exists()

@@ -13,6 +13,12 @@ launcher is how the same notebook moves from a laptop to a GPU box or a cluster:
 A Slurm launcher (a job per trial through submitit) is planned on the same interface: each
 implements :meth:`Launcher.run` and :meth:`Launcher.describe`.
 
+Every trial process dies with the process that launched it: the subprocess launchers run each
+trial under a guard (:mod:`~cubicml_lab.launch.guarded`) that ends the trial and removes its
+folder the moment its caller dies, SIGKILL included. :mod:`~cubicml_lab.launch.process` names a
+trial process by pid *and* start time, so that a resumed campaign can end what a dead one left
+without ever signalling a recycled pid, and sweeps the folders of dead campaigns.
+
 :func:`measure_repeats` measures several configurations several times, interleaved, and
 :func:`repeat_spread` says how far the repeats spread: the noise a predictor must live with.
 

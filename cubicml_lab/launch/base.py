@@ -2,10 +2,12 @@
 
 A :class:`Launcher` takes a trial *spec* (a JSON-able dict naming the workload, its config, the
 device and the measurement options) and returns a :class:`~cubicml_lab.measure.TrialResult`.
-It blocks until the trial is done. A trial that fails, runs out of memory or times out is data,
-not an exception: it comes back as a result whose ``status`` says so. A launcher raises only when
-it cannot start the trial at all (:class:`~cubicml_lab.errors.LaunchError`) or when the spec or
-its own options are invalid (:class:`~cubicml_lab.errors.ConfigError`).
+It blocks until the trial is done, and every process it starts dies with the process that called
+it: a campaign killed at any moment leaves no trial running and no temporary folder behind. A
+trial that fails, runs out of memory or times out is data, not an exception: it comes back as a
+result whose ``status`` says so. A launcher raises only when it cannot start the trial at all
+(:class:`~cubicml_lab.errors.LaunchError`) or when the spec or its own options are invalid
+(:class:`~cubicml_lab.errors.ConfigError`).
 
 The spec, shared by every launcher and by ``python -m cubicml_lab.trial``::
 
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import abc
 import json
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
@@ -93,11 +96,18 @@ class Launcher(abc.ABC):
     """
 
     @abc.abstractmethod
-    def run(self, spec: dict[str, Any]) -> TrialResult:
+    def run(self, spec: dict[str, Any], *,
+            on_start: Callable[[dict[str, Any]], None] | None = None) -> TrialResult:
         """Run one trial and block until it is done.
 
         Args:
             spec: The trial spec (see the module docstring).
+            on_start: Called once the trial's process exists and before the trial runs, with
+                its record (:func:`~cubicml_lab.launch.process.trial_record`: host, pid and
+                start time of the process and of its owner, this process). A campaign stores
+                it with the running trial, so that a later campaign can find and end a trial
+                whose campaign died. If it raises, the trial does not run and the exception
+                propagates.
 
         Returns:
             The trial's result; failures, OOM and timeouts are statuses, not exceptions.

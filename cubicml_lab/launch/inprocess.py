@@ -16,9 +16,11 @@ This module imports no torch; the workload imports it when the first trial runs.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .base import Launcher, check_spec
+from .process import trial_record
 
 if TYPE_CHECKING:
     from ..measure import TrialResult
@@ -37,11 +39,14 @@ class InProcess(Launcher):
         {'kind': 'inprocess'}
     """
 
-    def run(self, spec: dict[str, Any]) -> TrialResult:
+    def run(self, spec: dict[str, Any], *,
+            on_start: Callable[[dict[str, Any]], None] | None = None) -> TrialResult:
         """Run one trial here and return its result (never raises for a failed trial).
 
         Args:
             spec: The trial spec (see :mod:`cubicml_lab.launch.base`).
+            on_start: Called with this process's record before the trial runs (the trial dies
+                with its caller by construction).
 
         Returns:
             What :func:`cubicml_lab.workloads.run_trial` measured.
@@ -51,7 +56,10 @@ class InProcess(Launcher):
         """
         from ..workloads import run_trial
 
-        return run_trial(check_spec(spec))
+        spec = check_spec(spec)
+        if on_start is not None:
+            on_start(trial_record())
+        return run_trial(spec)
 
     def describe(self) -> dict[str, Any]:
         """Return ``{"kind": "inprocess"}``."""

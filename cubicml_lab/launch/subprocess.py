@@ -11,6 +11,14 @@ over :class:`~cubicml_lab.launch.InProcess`:
   the group (workers, helpers) die with it; a descendant that starts its own session escapes.
 * **Crash isolation**: a non-zero exit, a signal (segfault, OOM killer) or a missing result is a
   ``"failed"`` result carrying the exit code or signal name and the last lines of stderr.
+* **Dies with its caller**: the trial runs under a small guard process (see
+  :mod:`cubicml_lab.launch.guarded`) that leads its process group, creates and removes its
+  folder, and ends the whole group the moment the calling process dies, however it dies
+  (SIGKILL included; ``PR_SET_PDEATHSIG`` and the end of a pipe tell it). The trial process
+  itself asks for ``SIGKILL`` when its guard dies. A killed campaign leaves no trial running and
+  no folder behind; ``run(spec, on_start=...)`` hands the caller the record of the trial process
+  (pid and start time), which a campaign stores so that a later one can end a trial whose guard
+  was killed too (:func:`~cubicml_lab.launch.process.end_trial_process`).
 * **Memory limit**: ``memory_limit_gib`` caps the trial's *virtual address space*
   (``RLIMIT_AS``), set by the trial process before it imports torch. A trial that exceeds it comes
   back as ``"oom"``. RLIMIT_AS counts reserved, not resident, memory, and torch reserves a lot:
@@ -22,9 +30,9 @@ over :class:`~cubicml_lab.launch.InProcess`:
 
 Cost: an interpreter start per trial. On that 2-core box a tiny gpt trial takes about 4.1 s from
 launch to result against 0.4 s in process: importing torch takes about 2 s and the first
-``torch.optim`` optimizer loads ``torch._dynamo`` for another 1.5 s. The child's stdout and
-stderr go to files in a temporary directory, never to the console, and the directory is removed
-when the trial is done.
+``torch.optim`` optimizer loads ``torch._dynamo`` for another 1.5 s; the guard adds about 20 ms. The
+child's stdout and stderr go to files in its folder (``cubicml-trial-<owner pid>-...`` in the temp
+directory), never to the console, and the folder is removed when the trial is done.
 
 The child imports the same ``cubicml_lab`` as the caller: when the package is a source checkout,
 its parent directory is put first on the child's ``PYTHONPATH``.
@@ -36,18 +44,19 @@ import json
 import math
 import os
 import re
+import shutil
 import signal
-import subprocess
 import sys
-import tempfile
 import threading
 import time
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import ConfigError, LaunchError, MeasurementError
+from ..errors import ConfigError, MeasurementError
 from .base import Launcher, check_spec
+from .guarded import GuardedProcess
+from .process import new_trial_dir
 
 if TYPE_CHECKING:
     from ..measure import TrialResult
@@ -57,7 +66,6 @@ __all__ = ["Subprocess"]
 _TERM_GRACE_S = 5.0  # seconds between SIGTERM and SIGKILL on a timeout
 _RESULT_GRACE_S = 15.0  # seconds a job may take to exit once a result is written
 _STDERR_TAIL_LINES = 40
-_POLL_MAX_S = 0.02  # longest sleep between checks whether the child has exited
 _MEMORY_WORDS = re.compile(
     r"MemoryError|can.?t allocate memory|cannot allocate memory|out of memory|bad_alloc|"
     r"memory allocation|failed to map segment",
@@ -172,11 +180,16 @@ class Subprocess(Launcher):
         env.update(self.env)
         return env
 
-    def run(self, spec: dict[str, Any]) -> TrialResult:
+    def run(self, spec: dict[str, Any], *,
+            on_start: Callable[[dict[str, Any]], None] | None = None) -> TrialResult:
         """Run one trial in a fresh interpreter and block until it exits or times out.
 
         Args:
             spec: The trial spec (see :mod:`cubicml_lab.launch.base`).
+            on_start: Called with the trial process's record (see
+                :func:`~cubicml_lab.launch.process.trial_record`) once its guard is up and
+                before the trial runs; if it raises, the trial never runs and the error
+                propagates.
 
         Returns:
             The child's result when it wrote one (even if it was then slow to exit); otherwise a
@@ -189,62 +202,47 @@ class Subprocess(Launcher):
             LaunchError: The interpreter could not be started (missing, not executable).
         """
         spec = check_spec(spec)
-        with tempfile.TemporaryDirectory(prefix="cubicml-trial-") as tmp:
-            spec_path = os.path.join(tmp, "spec.json")
-            result_path = os.path.join(tmp, "result.json")
-            stderr_path = os.path.join(tmp, "stderr.txt")
-            with open(spec_path, "w", encoding="utf-8") as f:
-                json.dump(spec, f)
-            cmd = self.command(spec_path, result_path)
-            start = time.perf_counter()
-            with (
-                open(os.path.join(tmp, "stdout.txt"), "wb") as out,
-                open(stderr_path, "wb") as err,
-            ):
-                try:
-                    proc = subprocess.Popen(
-                        cmd,
-                        stdin=subprocess.DEVNULL,
-                        stdout=out,
-                        stderr=err,
-                        env=self._child_env(),
-                        start_new_session=True,
-                    )
-                except OSError as exc:
-                    raise LaunchError(
-                        f"cannot start the trial interpreter python={cmd[0]!r}: {exc}",
-                        hint="pass python= the path of an executable Python with cubicml_lab "
-                        "and torch installed, or leave it out to use this one",
-                    ) from exc
-            timed_out = False
+        folder = new_trial_dir()
+        result_path = os.path.join(folder, "result.json")
+        cmd = self.command(os.path.join(folder, "spec.json"), result_path)
+        start = time.perf_counter()
+        try:
+            job = GuardedProcess(cmd, folder, self._child_env())
             with self._live_lock:
-                self._live.add(proc.pid)
+                self._live.add(job.pid)
             try:
-                outcome = _wait_exited(proc, self.timeout_s, lambda: _results_in(tmp))
-                if outcome == "result":  # a result is written: give the rest a moment to exit
-                    outcome = _wait_exited(proc, _RESULT_GRACE_S)
-                    if outcome == "timeout":
-                        _signal_group(proc.pid, signal.SIGTERM)
-                        _wait_exited(proc, _TERM_GRACE_S)
-                elif outcome == "timeout":
-                    timed_out = True
-                    _signal_group(proc.pid, signal.SIGTERM)
-                    _wait_exited(proc, _TERM_GRACE_S)
-            finally:
-                # The leader is a zombie or still alive here, so its pid still names the group:
-                # kill whatever is left (grandchildren, or everything on Ctrl-C), then reap.
-                _signal_group(proc.pid, signal.SIGKILL)
-                proc.kill()  # in case the group was already gone (the leader left it)
-                with self._live_lock:
-                    self._live.discard(proc.pid)
-                proc.wait()
-            wall_s = time.perf_counter() - start
-            return self._collect(spec, proc.returncode, timed_out, wall_s, result_path, stderr_path)
+                job.hand_over(json.dumps(spec), on_start)
+                timed_out = self._wait_trial(job, folder)
+                wall_s = time.perf_counter() - start
+                code = job.exit_code if job.exit_code is not None else job.guard_status()
+                return self._collect(spec, code, timed_out, wall_s, result_path,
+                                     os.path.join(folder, "stderr.txt"))
+            finally:  # the guard removes the folder and kills what is left of the group
+                job.stop()
+                with self._live_lock:  # before the reap frees the group id
+                    self._live.discard(job.pid)
+                job.reap()
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)  # if the guard could not
+
+    def _wait_trial(self, job: GuardedProcess, folder: str) -> bool:
+        """Wait for the trial to end, enforcing the timeout; True if it timed out."""
+        outcome = job.wait(self.timeout_s, lambda: _results_in(folder))
+        if outcome == "result":  # a result is written: give the rest a moment to exit
+            if job.wait(_RESULT_GRACE_S) == "timeout":
+                job.signal(signal.SIGTERM)
+                job.wait(_TERM_GRACE_S)
+            return False
+        if outcome == "timeout":
+            job.signal(signal.SIGTERM)
+            job.wait(_TERM_GRACE_S)
+            return True
+        return False
 
     def _collect(
         self,
         spec: dict[str, Any],
-        returncode: int,
+        returncode: int | None,
         timed_out: bool,
         wall_s: float,
         result_path: str,
@@ -271,7 +269,9 @@ class Subprocess(Launcher):
                 "killed the trial's process group"
             )
             return self._failure(spec, "timeout", wall_s, message, tail)
-        if returncode < 0:
+        if returncode is None:
+            how = "did not exit"
+        elif returncode < 0:
             how = f"killed by signal {_signal_name(-returncode)}"
             if -returncode == signal.SIGKILL:
                 how += " (the kernel OOM killer sends SIGKILL when the machine runs out of memory)"
@@ -293,35 +293,15 @@ class Subprocess(Launcher):
         return failure_result(spec, status, error, wall_s=wall_s)
 
 
-def _wait_exited(proc: subprocess.Popen[bytes], timeout_s: float,
-                 ready: Callable[[], Any] | None = None) -> str:
-    """Wait up to ``timeout_s`` for ``proc`` to exit *without reaping it*, or for ``ready()``.
-
-    An unreaped (zombie) leader keeps its pid, hence its process-group id, reserved, so a later
-    ``killpg`` cannot hit an unrelated group that reused the number.
-
-    Returns:
-        ``"exited"``, ``"result"`` (``ready()`` was true first) or ``"timeout"``.
-    """
-    deadline = time.monotonic() + timeout_s
-    delay = 0.001
-    while True:
-        if _has_exited(proc):
-            return "exited"
-        if ready is not None and ready():
-            return "result"
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            return "timeout"
-        time.sleep(min(delay, remaining))
-        delay = min(2 * delay, _POLL_MAX_S if ready is None else 0.2)
-
-
 def _results_in(directory: str) -> dict[int, str]:
     """Result files in a trial directory by rank: ``result.json`` (rank 0) and
     ``result.json.rank<N>`` (a failed rank N of a multi-process trial)."""
     found: dict[int, str] = {}
-    for name in os.listdir(directory):
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return found
+    for name in names:
         if name == "result.json":
             found[0] = os.path.join(directory, name)
         elif name.startswith("result.json.rank") and name[16:].isdigit():
@@ -344,18 +324,6 @@ def _merge_ranks(by_rank: dict[int, TrialResult]) -> TrialResult:
         return result
     error = (result.error or "") + "\n--- other ranks ---\n" + "\n".join(others)
     return replace(result, error=error)
-
-
-def _has_exited(proc: subprocess.Popen[bytes]) -> bool:
-    if proc.returncode is not None:
-        return True
-    if not hasattr(os, "waitid"):  # macOS: poll() reaps, a small pid-reuse window remains
-        return proc.poll() is not None
-    try:
-        info = os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-    except ChildProcessError:
-        return True
-    return info is not None
 
 
 def _signal_group(pgid: int, sig: signal.Signals) -> None:

@@ -10,7 +10,11 @@ the launcher reports an out-of-memory rank before the errors its peers got from 
 
 Everything :class:`Subprocess` does holds per job: the timeout (the torchrun agent gets SIGTERM,
 which it forwards to its workers; workers also die with the agent), the memory limit (applied in
-each worker), crash reports with the tail of the job's stderr (all workers write to it).
+each worker), crash reports with the tail of the job's stderr (all workers write to it), and
+dying with the caller: the agent runs under the same guard as a single trial, which kills it when
+the caller dies, and each worker asks for ``SIGKILL`` when the agent dies
+(:func:`cubicml_lab.trial.die_with_parent`, which also checks that the agent's parent is the
+guard, so a worker started as its job was being torn down exits at once).
 
 Single node (``nnodes=1``, no ``master_addr``): a standalone rendezvous on a free localhost port,
 so several jobs can run side by side. Several nodes: run the same launcher on every node with its
