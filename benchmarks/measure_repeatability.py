@@ -69,7 +69,7 @@ def main() -> None:
     names = args.workloads or [w for w in CONFIGS if w in known]
     launcher = cml.launch.Subprocess(timeout_s=300)
     options = {"max_time_s": args.max_time_s}
-    from cubicml_lab.measure import hardware_info
+    from cubicml_lab.timing import hardware_info
 
     def reference() -> float:
         if args.reference_s <= 0:

@@ -106,7 +106,7 @@ def tagged(tag: str) -> list[int]:
 
 
 def trial_processes() -> dict[tuple[int, str], str]:
-    """Live trial processes (``python -m cubicml_lab.trial``, not their guards): (pid, start) ->
+    """Live trial processes (``python -m cubicml_lab.launch.worker``, not their guards): (pid, start) ->
     path of their spec. A trial's own child between fork and exec (e.g. ``ldconfig`` run by
     ``ctypes.util.find_library``) shows the same command line for a moment: it is left out."""
     out, parents = {}, {}
@@ -118,7 +118,7 @@ def trial_processes() -> dict[tuple[int, str], str]:
         except (OSError, UnicodeDecodeError):
             continue
         fields = _stat(int(entry))
-        if argv[1:3] == ["-m", "cubicml_lab.trial"] and "--spec" in argv and fields \
+        if argv[1:3] == ["-m", "cubicml_lab.launch.worker"] and "--spec" in argv and fields \
                 and fields[0] not in ("Z", "X"):
             out[(int(entry), fields[19])] = argv[argv.index("--spec") + 1]
             parents[int(entry)] = int(fields[1])

@@ -2,7 +2,7 @@
 
 A thin library behind a series of notebooks. The loop, after CubicML (Wen et al., Meta, 2024)::
 
-    Space -> Searcher.ask() -> Campaign -> Launcher -> workload + measure -> TrialResult
+    Space -> Searcher.ask() -> Campaign -> Launcher -> run_trial (workload, timing) -> TrialResult
       ^                                                                        |
       +---- GPPredictor <---- TrialStore (SQLite: every trial, status, metrics, hardware)
 
@@ -21,14 +21,12 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-# ``cubicml_lab.measure`` is both a module (timing primitives) and the public function
-# ``cml.measure(...)``. Load the module first, so that importing it later never rebinds the name.
-from . import measure as _measure_module  # noqa: F401
 from . import errors
 from .errors import CubicMLError
 from .launch import measure
 from .space import Bool, Choice, Float, Int, Ordinal, PowerOfTwo, Space
-from .store import Trial, TrialStore
+from .store import TrialStore
+from .trials import Trial
 
 __version__ = "0.1.0"
 
@@ -47,7 +45,7 @@ _LAZY = {
     "launch": ("cubicml_lab.launch", None),
     "plots": ("cubicml_lab.plots", None),
     "widgets": ("cubicml_lab.widgets", None),
-    "TrialResult": ("cubicml_lab.measure", "TrialResult"),
+    "TrialResult": ("cubicml_lab.trials", "TrialResult"),
 }
 
 __all__ = [

@@ -38,7 +38,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from .errors import ConfigError, LaunchError, SearchError, SpaceError, StoreError
-from .measure import TrialResult
+from .trials import TrialResult
 from .search.proposal import Proposal
 from .space import Space
 from .store import FINAL_STATUSES, Trial, TrialStore
@@ -103,7 +103,7 @@ class Campaign:
         searcher: Proposes configurations. Default: ``BayesianSearch(space, seed=0)``.
         store: Where trials are kept. Default: ``TrialStore("data/lab.sqlite")``.
         device: ``"cpu"`` or ``"cuda"``.
-        measure_options: Overrides of :class:`~cubicml_lab.measure.MeasureOptions` fields.
+        measure_options: Overrides of :class:`~cubicml_lab.timing.MeasureOptions` fields.
         fixed: Workload knobs held fixed for every trial (not searched).
         reference: A configuration of the space to measure first (it is enqueued) and to
             compare the best against, e.g. the default way of training the model.

@@ -62,6 +62,7 @@ from typing import TYPE_CHECKING, Any
 from .errors import ConfigError, DataError
 from .space import Bool, Choice, Ordinal, Parameter, Space
 from .store.tables import _flatten, _keys
+from .trials import FINISHED
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -73,7 +74,6 @@ UNKNOWN = "unknown"
 #: Placeholder for a blank numeric knob cell (every real knob value here is positive or zero).
 UNKNOWN_NUMBER = -1
 #: The statuses of a measured row (the store's final statuses).
-_STATUSES = ("ok", "oom", "failed", "timeout")
 #: Source status words that are not ours, and what they become.
 _STATUS_MAP = {"no_result": "failed"}
 _COLLECT_HINT = ("make it with `.venv/bin/python benchmarks/collect_cpu_sweeps.py` (about 45 min "
@@ -339,7 +339,7 @@ def _load_sweep(name: str, workload: str, path: Path) -> Dataset:
         df, config_keys = _expand_raw(pd, df)
     else:  # the tidy form of TrialStore.to_dataframe: one column per config key
         config_keys = _tidy_config_columns(df, path)
-    unfinished = ~df["status"].isin(list(_STATUSES) + list(_STATUS_MAP))
+    unfinished = ~df["status"].isin(list(FINISHED) + list(_STATUS_MAP))
     dropped = int(unfinished.sum())
     df = df[~unfinished].reset_index(drop=True)
     if not len(df):
@@ -550,10 +550,10 @@ def _status(df: pd.DataFrame, objective: str) -> pd.Series:
     if raw.isin(list(_STATUS_MAP)).any():
         df["source_status"] = raw
     status = raw.replace(_STATUS_MAP)
-    bad = sorted(set(status) - set(_STATUSES))
+    bad = sorted(set(status) - set(FINISHED))
     if bad:
         raise DataError(f"unknown status value(s) {bad}",
-                        hint=f"statuses are {', '.join(_STATUSES)} (and no_result -> failed)")
+                        hint=f"statuses are {', '.join(FINISHED)} (and no_result -> failed)")
     return status.astype(object)
 
 

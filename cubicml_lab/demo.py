@@ -110,7 +110,7 @@ def run_demo(budget: int = 14, store: str | os.PathLike[str] = "data/demo.sqlite
 
     matplotlib.use("Agg")
     from .launch import InProcess, Subprocess
-    from .measure import hardware_info
+    from .timing import hardware_info
     from .plots import campaign_figure
     from .search import BayesianSearch
 

@@ -223,7 +223,7 @@ def test_interrupt_stops_with_one_line_and_requeues(tmp_path):
     while time.monotonic() < deadline and not _running(path, "int"):
         time.sleep(0.5)
     time.sleep(3)  # the trial process is importing torch or training now
-    children = subprocess.run(["pgrep", "-f", "cubicml_lab.trial"], capture_output=True,
+    children = subprocess.run(["pgrep", "-f", "cubicml_lab.launch.worker"], capture_output=True,
                               text=True).stdout.split()
     assert children, "the trial process should be running"
     proc.send_signal(signal.SIGINT)

@@ -10,7 +10,8 @@ import math
 import pytest
 
 from cubicml_lab.errors import ConfigError
-from cubicml_lab.workloads import get, run_trial
+from cubicml_lab.trials import run_trial
+from cubicml_lab.workloads import get
 from cubicml_lab.workloads.dlrm import flops_per_step, mlp_widths
 
 TINY = {"num_tables": 3, "rows": 50, "emb_dim": 8, "pooling": 4, "dense_features": 5,

@@ -29,7 +29,7 @@ from cubicml_lab.launch import (InProcess, Launcher, Subprocess, measure, measur
                                 repeat_spread)
 from cubicml_lab.launch.process import (end_trial_process, new_trial_dir, process_start,
                                         sweep_trial_dirs, trial_record)
-from cubicml_lab.measure import TrialResult
+from cubicml_lab.trials import TrialResult
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = {"d_model": 32, "n_layers": 1, "n_heads": 2, "seq_len": 16, "vocab": 64, "micro_batch": 2}
@@ -47,7 +47,7 @@ METRIC_KEYS = ("tokens_per_s", "step_time_s", "peak_mem_gib")
 def fake_python(tmp_path: Path, name: str, body: str) -> Path:
     """Write an executable script that stands in for the trial interpreter.
 
-    It is called exactly like Python would be (``-m cubicml_lab.trial --spec S --result R ...``),
+    It is called exactly like Python would be (``-m cubicml_lab.launch.worker --spec S --result R ...``),
     and its body sees ``argv``, ``spec_path`` and ``result_path``.
     """
     head = f"""\
@@ -101,7 +101,7 @@ def check_ok(res: TrialResult) -> None:
 
 
 def test_importing_launch_and_trial_loads_no_torch() -> None:
-    code = "import sys, cubicml_lab.launch, cubicml_lab.trial; print('torch' in sys.modules)"
+    code = "import sys, cubicml_lab.launch, cubicml_lab.launch.worker; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"
@@ -199,7 +199,7 @@ def test_subprocess_returns_exactly_the_result_the_child_wrote(tmp_path: Path) -
     assert got == written
     record = json.loads(seen.read_text())
     assert record["spec"] == spec
-    assert record["argv"][:2] == ["-m", "cubicml_lab.trial"]
+    assert record["argv"][:2] == ["-m", "cubicml_lab.launch.worker"]
     assert record["argv"][-2:] == ["--memory-limit-gib", "1.5"]
 
 
@@ -246,7 +246,7 @@ def test_unknown_workload_in_the_child_is_a_failed_result() -> None:
 
 def test_trial_entry_point_reports_a_missing_or_broken_spec(tmp_path: Path) -> None:
     result = tmp_path / "result.json"
-    cmd = [sys.executable, "-m", "cubicml_lab.trial", "--result", str(result), "--spec"]
+    cmd = [sys.executable, "-m", "cubicml_lab.launch.worker", "--result", str(result), "--spec"]
     out = subprocess.run([*cmd, str(tmp_path / "absent.json")], cwd=ROOT, capture_output=True,
                          text=True)
     assert out.returncode == 2 and "absent.json" in out.stderr

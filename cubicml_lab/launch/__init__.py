@@ -1,11 +1,11 @@
 """Where a trial runs: in this process or in a fresh interpreter; and ``measure()``, one trial.
 
-A launcher turns a trial spec into a :class:`~cubicml_lab.measure.TrialResult`. Swapping the
+A launcher turns a trial spec into a :class:`~cubicml_lab.trials.TrialResult`. Swapping the
 launcher is how the same notebook moves from a laptop to a GPU box or a cluster:
 
 * :class:`InProcess` (the default): calls the workload here. Fast; no timeout, no isolation, and
   peak memory is the process's lifetime high-water mark.
-* :class:`Subprocess`: a fresh ``python -m cubicml_lab.trial`` per trial, in its own process
+* :class:`Subprocess`: a fresh ``python -m cubicml_lab.launch.worker`` per trial, in its own process
   group, with a timeout and an optional address-space cap; honest per-trial peak memory.
 * :class:`Torchrun`: the same, as a multi-process job under ``torchrun`` (gloo on CPU, NCCL on
   CUDA; several nodes through a static rendezvous); the workload parallelises itself.
@@ -38,7 +38,7 @@ from .torchrun import Torchrun
 if TYPE_CHECKING:
     import pandas as pd
 
-    from ..measure import TrialResult
+    from ..trials import TrialResult
 
 __all__ = ["InProcess", "Launcher", "Subprocess", "Torchrun", "measure", "measure_repeats",
            "repeat_spread"]
@@ -67,7 +67,7 @@ def measure(
             "min_steps": 3}``); ``None`` for the defaults.
 
     Returns:
-        The trial's :class:`~cubicml_lab.measure.TrialResult`. A trial that fails, runs out of
+        The trial's :class:`~cubicml_lab.trials.TrialResult`. A trial that fails, runs out of
         memory or times out is a result with that ``status``, not an exception.
 
     Raises:
@@ -84,7 +84,7 @@ def measure(
         >>> res.metrics["tokens_per_s"], res.metrics["step_time_s"]          # doctest: +SKIP
         (48211.3, 0.0106)
     """
-    from ..measure import MeasureOptions
+    from ..timing import MeasureOptions
     from ..workloads import get
 
     if launcher is None:

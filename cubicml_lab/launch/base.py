@@ -1,7 +1,7 @@
 """The launcher interface: where and how one trial runs.
 
 A :class:`Launcher` takes a trial *spec* (a JSON-able dict naming the workload, its config, the
-device and the measurement options) and returns a :class:`~cubicml_lab.measure.TrialResult`.
+device and the measurement options) and returns a :class:`~cubicml_lab.trials.TrialResult`.
 It blocks until the trial is done, and every process it starts dies with the process that called
 it: a campaign killed at any moment leaves no trial running and no temporary folder behind. A
 trial that fails, runs out of memory or times out is data, not an exception: it comes back as a
@@ -9,7 +9,7 @@ result whose ``status`` says so. A launcher raises only when it cannot start the
 (:class:`~cubicml_lab.errors.LaunchError`) or when the spec or its own options are invalid
 (:class:`~cubicml_lab.errors.ConfigError`).
 
-The spec, shared by every launcher and by ``python -m cubicml_lab.trial``::
+The spec, shared by every launcher and by ``python -m cubicml_lab.launch.worker``::
 
     {"workload": "gpt",                      # name for cubicml_lab.workloads.get
      "config": {"d_model": 128},             # knobs; unspecified ones take the defaults
@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import ConfigError
 
 if TYPE_CHECKING:
-    from ..measure import TrialResult
+    from ..trials import TrialResult
 
 __all__ = ["Launcher", "check_spec"]
 
@@ -89,7 +89,7 @@ def check_spec(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 class Launcher(abc.ABC):
-    """Runs one trial somewhere and returns its :class:`~cubicml_lab.measure.TrialResult`.
+    """Runs one trial somewhere and returns its :class:`~cubicml_lab.trials.TrialResult`.
 
     Subclasses implement :meth:`run` and :meth:`describe`. ``describe()`` is stored with each
     campaign, so it must be plain JSON and say enough to rebuild an equivalent launcher.

@@ -1,6 +1,6 @@
 """Run a trial inside the calling Python process: fast, no isolation.
 
-:class:`InProcess` calls :func:`cubicml_lab.workloads.run_trial` directly, so a trial costs only
+:class:`InProcess` calls :func:`cubicml_lab.trials.run_trial` directly, so a trial costs only
 its own steps (no interpreter start, no torch import after the first trial). The price is that
 nothing is isolated:
 
@@ -23,13 +23,13 @@ from .base import Launcher, check_spec
 from .process import trial_record
 
 if TYPE_CHECKING:
-    from ..measure import TrialResult
+    from ..trials import TrialResult
 
 __all__ = ["InProcess"]
 
 
 class InProcess(Launcher):
-    """Run each trial in this process by calling :func:`cubicml_lab.workloads.run_trial`.
+    """Run each trial in this process by calling :func:`cubicml_lab.trials.run_trial`.
 
     Fast and simple, for notebooks and tests. Peak RSS is this process's lifetime high-water
     mark (see the module docstring); there is no timeout and no memory limit.
@@ -49,12 +49,12 @@ class InProcess(Launcher):
                 with its caller by construction).
 
         Returns:
-            What :func:`cubicml_lab.workloads.run_trial` measured.
+            What :func:`cubicml_lab.trials.run_trial` measured.
 
         Raises:
             ConfigError: The spec is malformed.
         """
-        from ..workloads import run_trial
+        from ..trials import run_trial
 
         spec = check_spec(spec)
         if on_start is not None:

@@ -1,6 +1,6 @@
 """Run each trial in a fresh Python interpreter, with a timeout and an optional memory limit.
 
-:class:`Subprocess` starts ``python -m cubicml_lab.trial --spec SPEC.json --result RESULT.json``
+:class:`Subprocess` starts ``python -m cubicml_lab.launch.worker --spec SPEC.json --result RESULT.json``
 in a new process session for every trial, waits for it, and reads the result back. What this buys
 over :class:`~cubicml_lab.launch.InProcess`:
 
@@ -59,7 +59,7 @@ from .guarded import GuardedProcess
 from .process import new_trial_dir
 
 if TYPE_CHECKING:
-    from ..measure import TrialResult
+    from ..trials import TrialResult
 
 __all__ = ["Subprocess"]
 
@@ -164,7 +164,7 @@ class Subprocess(Launcher):
 
     def command(self, spec_path: str, result_path: str) -> list[str]:
         """Return the argument list that runs one trial (never run through a shell)."""
-        cmd = [self.python or sys.executable, "-m", "cubicml_lab.trial"]
+        cmd = [self.python or sys.executable, "-m", "cubicml_lab.launch.worker"]
         cmd += ["--spec", spec_path, "--result", result_path]
         if self.memory_limit_gib is not None:
             cmd += ["--memory-limit-gib", repr(self.memory_limit_gib)]
@@ -249,7 +249,7 @@ class Subprocess(Launcher):
         stderr_path: str,
     ) -> TrialResult:
         """Turn what the child left behind into a :class:`TrialResult`."""
-        from ..measure import TrialResult
+        from ..trials import TrialResult
 
         tail = _tail(stderr_path, _STDERR_TAIL_LINES)
         written = _results_in(os.path.dirname(result_path))
@@ -287,7 +287,7 @@ class Subprocess(Launcher):
     def _failure(
         self, spec: dict[str, Any], status: str, wall_s: float, message: str, tail: str
     ) -> TrialResult:
-        from ..measure import failure_result
+        from ..trials import failure_result
 
         error = message if not tail else f"{message}\n--- last lines of stderr ---\n{tail}"
         return failure_result(spec, status, error, wall_s=wall_s)

@@ -1,7 +1,7 @@
 """Run each trial as a multi-process job under ``torchrun`` (``torch.distributed.run``).
 
 :class:`Torchrun` is :class:`~cubicml_lab.launch.Subprocess` with a different command: it starts
-``python -m torch.distributed.run ... -m cubicml_lab.trial --spec SPEC --result RESULT``, which
+``python -m torch.distributed.run ... -m cubicml_lab.launch.worker --spec SPEC --result RESULT``, which
 spawns ``nproc_per_node`` workers on this node. Each worker joins the process group (gloo on CPU,
 NCCL on CUDA, one GPU per worker: ``cuda:LOCAL_RANK``), the workload parallelises itself over the
 ranks (data, fully sharded or tensor parallel, as its config says), and measurement agrees across
@@ -13,7 +13,7 @@ which it forwards to its workers; workers also die with the agent), the memory l
 each worker), crash reports with the tail of the job's stderr (all workers write to it), and
 dying with the caller: the agent runs under the same guard as a single trial, which kills it when
 the caller dies, and each worker asks for ``SIGKILL`` when the agent dies
-(:func:`cubicml_lab.trial.die_with_parent`, which also checks that the agent's parent is the
+(:func:`cubicml_lab.launch.worker.die_with_parent`, which also checks that the agent's parent is the
 guard, so a worker started as its job was being torn down exits at once).
 
 Single node (``nnodes=1``, no ``master_addr``): a standalone rendezvous on a free localhost port,
@@ -104,7 +104,7 @@ class Torchrun(Subprocess):
 
     def command(self, spec_path: str, result_path: str) -> list[str]:
         """The torchrun argument list (never run through a shell)."""
-        trial = super().command(spec_path, result_path)  # [python, -m, cubicml_lab.trial, ...]
+        trial = super().command(spec_path, result_path)  # [python, -m, cubicml_lab.launch.worker, ...]
         cmd = [trial[0], "-m", "torch.distributed.run", "--nnodes", str(self.nnodes),
                "--nproc-per-node", str(self.nproc_per_node), "--max-restarts", "0"]
         if self.master_addr is None:

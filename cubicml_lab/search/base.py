@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..errors import SearchError, SpaceError
+from ..trials import FINISHED
 from .proposal import Proposal
 
 if TYPE_CHECKING:
@@ -41,8 +42,9 @@ if TYPE_CHECKING:
 
 __all__ = ["DIRECTIONS", "ENUMERATE_POOL_LIMIT", "STATUSES", "Searcher"]
 
-#: Trial outcomes a searcher understands; only "ok" carries an objective value.
-STATUSES = ("ok", "oom", "failed", "timeout")
+#: Trial outcomes a searcher understands (:data:`cubicml_lab.trials.FINISHED`); only "ok"
+#: carries an objective value.
+STATUSES = FINISHED
 #: Optimisation directions.
 DIRECTIONS = ("maximize", "minimize")
 #: Spaces with at most this many valid configurations are searched exhaustively.

@@ -1,4 +1,4 @@
-"""What the trial store file holds: tables, statuses, the :class:`Trial` record, value checks.
+"""What the trial store file holds: its tables and the checks of every value written to them.
 
 One SQLite file holds two tables, ``campaigns`` and ``trials``; ``PRAGMA user_version`` records
 :data:`SCHEMA_VERSION`. :func:`_open` connects, refuses a file that is not SQLite, belongs to
@@ -13,8 +13,8 @@ config values must be finite JSON scalars; metrics, hardware, spaces and metadat
 strict-JSON-ready Python (numpy scalars made plain, non-finite floats as the strings ``"NaN"``,
 ``"Infinity"``, ``"-Infinity"``). Ints outside 64 bits, text that is not Unicode, nesting deeper
 than 64 levels and bools among metrics are refused, each with a message naming the field.
-:func:`_to_trial` reads a ``trials`` row back into a :class:`Trial`, restoring those strings to
-floats.
+:func:`_to_trial` reads a ``trials`` row back into a :class:`~cubicml_lab.trials.Trial`, restoring
+those strings to floats. The statuses, the record and the codec are :mod:`cubicml_lab.trials`'.
 """
 
 from __future__ import annotations
@@ -26,23 +26,19 @@ import os
 import sqlite3
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 from ..errors import StoreError
+from ..trials import FINISHED as FINAL_STATUSES  # noqa: F401 - re-exported by the store
+from ..trials import STATUSES, Trial, json_safe, restore
 
 #: Version of the SQLite schema, kept in ``PRAGMA user_version``.
 SCHEMA_VERSION = 1
 #: Seconds one process waits for another's lock (opening, switching to WAL, each write).
 BUSY_TIMEOUT_S = 30.0
-#: Every trial status, in lifecycle order.
-STATUSES = ("pending", "running", "ok", "oom", "failed", "timeout")
-#: Statuses a trial ends in; a trial in one of them never changes again.
-FINAL_STATUSES = ("ok", "oom", "failed", "timeout")
 
 _SQLITE_MAGIC = b"SQLite format 3\x00"
-_NONFINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 _SCHEMA = (
     """CREATE TABLE IF NOT EXISTS campaigns (
         name TEXT PRIMARY KEY, space TEXT, workload TEXT NOT NULL,
@@ -60,46 +56,6 @@ _MAX_DEPTH = 64
 #: Integers outside this range are refused: SQLite, pandas and Parquet hold 64 bits.
 _INT64 = (-2**63, 2**63 - 1)
 _T = TypeVar("_T")
-
-
-@dataclass(frozen=True, kw_only=True)
-class Trial:
-    """One trial: a configuration, what became of it, and where it ran.
-
-    Attributes:
-        campaign: Name of the campaign the trial belongs to.
-        id: Store-wide trial id (unique in one store file, assigned on insert).
-        config: Knob name -> JSON scalar (the searched parameters, not derived values).
-        status: One of :data:`STATUSES`.
-        metrics: Measured values, e.g. ``tokens_per_s``, ``step_time_s``, ``peak_mem_gib``.
-        hardware: Description of the machine the trial ran on (may be nested).
-        workload: Workload name, e.g. ``"gpt"``.
-        workload_version: Version string of the workload code.
-        created_at: When the trial was added, unix seconds.
-        started_at: When it started running, unix seconds; None if it never ran.
-        ended_at: When it reached a final status, unix seconds; None until then.
-        error: Error text of a failed trial; None otherwise.
-    """
-
-    campaign: str
-    id: int
-    config: dict[str, Any]
-    status: str
-    metrics: dict[str, Any]
-    hardware: dict[str, Any]
-    workload: str
-    workload_version: str
-    created_at: float
-    started_at: float | None
-    ended_at: float | None
-    error: str | None
-
-    @property
-    def duration_s(self) -> float | None:
-        """Wall-clock seconds from start to end; None unless both are known."""
-        if self.started_at is None or self.ended_at is None:
-            return None
-        return self.ended_at - self.started_at
 
 
 # -------------------------------------------------------------------- opening the file
@@ -352,9 +308,7 @@ def _plain(value: Any, where: str, *, bools: bool = True, depth: int = 0) -> Any
                              hint="store it as a float (float(x)) or as a string")
         return int(value)
     if isinstance(value, float):
-        if math.isfinite(value):
-            return float(value)
-        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+        return float(value) if math.isfinite(value) else json_safe(value)  # the trials codec
     if type(value).__module__ == "numpy" and getattr(value, "ndim", None) == 0:
         return _plain(value.item(), where, bools=bools, depth=depth)  # numpy scalars
     if isinstance(value, (Mapping, list, tuple)) and depth >= _MAX_DEPTH:
@@ -413,17 +367,6 @@ def _dumps(value: Any) -> str:
     return json.dumps(value, allow_nan=False, ensure_ascii=False, separators=(",", ":"))
 
 
-def _restore(value: Any) -> Any:
-    """Inverse of the non-finite float encoding of :func:`_plain`."""
-    if isinstance(value, str):
-        return _NONFINITE.get(value, value)
-    if isinstance(value, dict):
-        return {key: _restore(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_restore(item) for item in value]
-    return value
-
-
 #: Selects a ``trials`` row in the column order :func:`_to_trial` reads.
 _SELECT_TRIAL = ("SELECT id, campaign, config, status, metrics, hardware, workload, "
                  "workload_version, created_at, started_at, ended_at, error FROM trials")
@@ -434,7 +377,7 @@ def _to_trial(row: tuple[Any, ...]) -> Trial:
     (id_, campaign, config, status, metrics, hardware, workload, version, created_at,
      started_at, ended_at, error) = row
     return Trial(campaign=campaign, id=id_, config=json.loads(config), status=status,
-                 metrics=_restore(json.loads(metrics)), hardware=_restore(json.loads(hardware)),
+                 metrics=restore(json.loads(metrics)), hardware=restore(json.loads(hardware)),
                  workload=workload, workload_version=version, created_at=created_at,
                  started_at=started_at, ended_at=ended_at, error=error)
 

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..errors import PredictorError
+from ..trials import FINISHED
 from .gp import GPPredictor
 
 if TYPE_CHECKING:
@@ -46,7 +47,6 @@ if TYPE_CHECKING:
 
 __all__ = ["FeasibilityModel"]
 
-_STATUSES = ("ok", "oom", "failed", "timeout")
 
 
 class FeasibilityModel:
@@ -97,9 +97,9 @@ class FeasibilityModel:
                 f"{n} configs but {len(statuses)} statuses"
                 + ("" if peak_mem_gib is None else f" and {len(peak_mem_gib)} memory figures"),
                 hint="pass one status (and memory figure) per configuration")
-        bad = [s for s in statuses if s not in _STATUSES]
+        bad = [s for s in statuses if s not in FINISHED]
         if bad:
-            raise PredictorError(f"unknown status {bad[0]!r}", hint=f"one of {_STATUSES}")
+            raise PredictorError(f"unknown status {bad[0]!r}", hint=f"one of {FINISHED}")
         mem = (np.full(n, np.nan) if peak_mem_gib is None
                else np.asarray(peak_mem_gib, dtype=np.float64))
 

@@ -12,7 +12,7 @@ import ipywidgets as W
 from .._html import fmt, rows_table
 from ..campaign import Campaign, format_trial
 from ..errors import ConfigError, CubicMLError, SearchError, SpaceError
-from ..measure import TrialResult
+from ..trials import TrialResult
 from ..store import Trial
 from ._common import _FONT, _GREY, _error_html, _guard, _interval, _knob_control, _knobs, _text
 

@@ -3,7 +3,7 @@
 Launchers that use a separate process (:class:`~cubicml_lab.launch.Subprocess`, and later
 torchrun or Slurm jobs) all run this::
 
-    python -m cubicml_lab.trial --spec SPEC.json --result RESULT.json [--memory-limit-gib X]
+    python -m cubicml_lab.launch.worker --spec SPEC.json --result RESULT.json [--memory-limit-gib X]
 
 In order, it:
 
@@ -13,13 +13,13 @@ In order, it:
    imports torch, so that every allocation of the trial counts against it;
 2. reads the spec (see :mod:`cubicml_lab.launch.base`); a missing or malformed file is an error
    message on stderr and exit code 2;
-3. runs :func:`cubicml_lab.workloads.run_trial`, which maps trial failures to statuses
+3. runs :func:`cubicml_lab.trials.run_trial`, which maps trial failures to statuses
    (``MemoryError`` and "can't allocate memory" become ``"oom"``);
-4. writes the :class:`~cubicml_lab.measure.TrialResult` atomically (a temporary file in the same
+4. writes the :class:`~cubicml_lab.trials.TrialResult` atomically (a temporary file in the same
    directory, then ``os.replace``), so a reader never sees half a result.
 
 The exit code is 0 whenever a result was written, whatever its status; a non-zero exit means
-there is no result. ``import cubicml_lab.trial`` imports no torch.
+there is no result. ``import cubicml_lab.launch.worker`` imports no torch.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .measure import TrialResult
+    from ..trials import TrialResult
 
 __all__ = ["apply_memory_limit", "die_with_parent", "main", "read_spec",
            "result_path_for_rank", "write_result"]
@@ -114,11 +114,11 @@ def write_result(path: str | os.PathLike[str], result: TrialResult) -> None:
 def _run(spec: dict[str, Any]) -> TrialResult:
     """Run the trial; an error that escapes ``run_trial`` (e.g. an import) becomes a result."""
     try:
-        from .workloads import run_trial
+        from ..trials import run_trial
 
         return run_trial(spec)
     except Exception as err:  # noqa: BLE001 - every failure must become a stored result
-        from .measure import failure_result
+        from ..trials import failure_result
 
         status = "oom" if isinstance(err, MemoryError) else "failed"
         return failure_result(spec, status, "".join(traceback.format_exception(err)).rstrip())
@@ -178,7 +178,7 @@ def _positive_float(text: str) -> float:
 def main(argv: list[str] | None = None) -> int:
     """Run one trial as the command line asks; return the process exit code."""
     parser = argparse.ArgumentParser(
-        prog="python -m cubicml_lab.trial",
+        prog="python -m cubicml_lab.launch.worker",
         description="Run one cubicml-lab trial from a JSON spec and write its result as JSON.",
     )
     parser.add_argument("--spec", required=True, help="path of the trial spec (JSON)")
@@ -195,12 +195,12 @@ def main(argv: list[str] | None = None) -> int:
         try:
             apply_memory_limit(args.memory_limit_gib)
         except (OSError, ValueError) as err:
-            print(f"cubicml_lab.trial: cannot apply --memory-limit-gib: {err}", file=sys.stderr)
+            print(f"cubicml_lab.launch.worker: cannot apply --memory-limit-gib: {err}", file=sys.stderr)
             return EXIT_USAGE
     try:
         spec = read_spec(args.spec)
     except ValueError as err:
-        print(f"cubicml_lab.trial: {err}", file=sys.stderr)
+        print(f"cubicml_lab.launch.worker: {err}", file=sys.stderr)
         return EXIT_USAGE
     rank = int(os.environ.get("RANK", "0") or 0)
     result = _run(spec)

@@ -1,6 +1,7 @@
-"""Measurement: steady-state step time, throughput, peak memory, FLOPs, MFU; the result record.
+"""Timing: steady-state step time, throughput, peak memory, FLOPs and MFU of a training step.
 
-This module owns how a training step is timed and what a trial reports:
+This module owns how a training step is timed and what its figures are (the record a trial
+returns, :class:`~cubicml_lab.trials.TrialResult`, lives in :mod:`cubicml_lab.trials`):
 
 * :func:`time_steps` runs a step function until its time per step has settled (warm-up, never
   timed), then times *windows* of steps, synchronising only at window edges, until the 95%
@@ -13,7 +14,6 @@ This module owns how a training step is timed and what a trial reports:
   spread and CI, ``throughput`` (units/s), ``achieved_tflops`` and ``mfu`` (0-1).
 * Re-exported from :mod:`cubicml_lab.hardware`: :func:`peak_memory_gib`,
   :func:`reset_peak_memory`, :func:`device_peak_flops` and :func:`hardware_info`.
-* :class:`TrialResult`, the record every launcher returns (strict JSON, NaN-safe).
 
 The raw step time, units per step and device count are always stored, so MFU can be recomputed
 later under another FLOP convention. Multi-process runs report the slowest rank's step time, as
@@ -23,16 +23,15 @@ Megatron-LM does (``time_steps(reduce=...)``). Importing this module imports no 
 from __future__ import annotations
 
 import gc
-import json
 import math
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, fields
 from functools import lru_cache
 from typing import Any
 
 from .errors import MeasurementError
-from .hardware import (  # re-exported: measure is where users look for them
+from .hardware import (  # re-exported: timing is where users look for them
     device_peak_flops,
     hardware_info,
     host_record,
@@ -40,132 +39,11 @@ from .hardware import (  # re-exported: measure is where users look for them
     reset_peak_memory,
 )
 
-__all__ = ["STATUSES", "CudaEventTimer", "MeasureOptions", "StepTimer", "Timing", "TrialResult",
-           "device_peak_flops", "failure_result", "hardware_info", "make_timer", "peak_memory_gib",
-           "reset_peak_memory", "summarize", "time_steps"]
+__all__ = ["CudaEventTimer", "MeasureOptions", "StepTimer", "Timing", "device_peak_flops",
+           "hardware_info", "host_record", "make_timer", "peak_memory_gib", "reset_peak_memory",
+           "summarize", "time_steps"]
 
-STATUSES = ("ok", "oom", "failed", "timeout")
 _MIN_WINDOWS = 8  # windows shrink below window_min_s if needed so that max_steps holds this many
-_NONFINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
-
-
-# ---------------------------------------------------------------------------------- the record
-def _json_safe(value: Any) -> Any:
-    """``value`` with non-finite floats replaced by the strings "NaN", "Infinity", "-Infinity"."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
-    if isinstance(value, Mapping):
-        return {str(k): _json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_json_safe(v) for v in value]
-    return value
-
-
-@dataclass(frozen=True, kw_only=True)
-class TrialResult:
-    """What one trial produced; failures are data (a status and an error), never exceptions.
-
-    Attributes:
-        status: One of :data:`STATUSES`: ``"ok"``, ``"oom"``, ``"failed"``, ``"timeout"``.
-        metrics: Measured values by name (see :func:`summarize`; plus ``peak_mem_gib`` and
-            ``loss``); empty unless something was measured.
-        hardware: Description of the machine (see :func:`hardware_info`).
-        error: What went wrong (message and traceback tail), ``None`` when ok.
-        workload: Workload name, e.g. ``"gpt"``.
-        workload_version: The workload's version string.
-        config: The full resolved config that ran (every knob).
-        wall_s: Seconds the whole trial took (build + warm-up + timing).
-    """
-
-    status: str
-    metrics: dict[str, float]
-    hardware: dict[str, Any]
-    error: str | None = None
-    workload: str = ""
-    workload_version: str = ""
-    config: dict[str, Any] = field(default_factory=dict)
-    wall_s: float = 0.0
-
-    def __post_init__(self) -> None:
-        if self.status not in STATUSES:
-            raise MeasurementError(f"TrialResult status = {self.status!r} is not one of "
-                                   f"{', '.join(STATUSES)}", hint="use one of the listed statuses")
-
-    def to_dict(self) -> dict[str, Any]:
-        """A plain dict of the fields (non-finite floats kept as floats)."""
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> TrialResult:
-        """Rebuild from :meth:`to_dict` or parsed :meth:`to_json` output ("NaN" -> float)."""
-        if not isinstance(d, Mapping) or "status" not in d:
-            raise MeasurementError(f"not a TrialResult (no 'status'): {str(d)[:200]}",
-                                   hint="pass what TrialResult.to_dict() or to_json() wrote")
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(d) - known)
-        if unknown:
-            raise MeasurementError(f"unknown TrialResult field(s) {unknown}",
-                                   hint=f"known fields: {', '.join(sorted(known))}")
-        kw = dict(d)
-        kw["metrics"] = {k: _NONFINITE.get(v, v) if isinstance(v, str) else v
-                         for k, v in (d.get("metrics") or {}).items()}
-        kw["hardware"] = dict(d.get("hardware") or {})
-        kw["config"] = dict(d.get("config") or {})
-        return cls(**kw)
-
-    def _facts(self) -> list[tuple[str, Any]]:
-        m = self.metrics
-        facts: list[tuple[str, Any]] = [("status", self.status)]
-        for key in ("tokens_per_s", "samples_per_s", "step_time_s", "step_time_rel_ci",
-                    "peak_mem_gib", "achieved_tflops", "mfu"):
-            if key in m:
-                facts.append((key, m[key]))
-        if self.config:
-            facts.append(("config", ", ".join(f"{k}={v}" for k, v in self.config.items())))
-        facts.append(("wall_s", round(self.wall_s, 2)))
-        if self.error:
-            facts.append(("error", self.error.strip().splitlines()[-1][:200]))
-        return facts
-
-    def __str__(self) -> str:
-        head = f"TrialResult {self.workload}".rstrip()
-        return head + "\n" + "\n".join(f"  {k}: {v}" for k, v in self._facts())
-
-    def _repr_html_(self) -> str:
-        from ._html import card
-
-        return card(f"TrialResult · {self.workload or 'trial'}", self._facts(),
-                    note="all metrics: result.metrics; the machine: result.hardware")
-
-    def to_json(self) -> str:
-        """Strict JSON text (no bare NaN/Infinity: they are written as strings)."""
-        return json.dumps(_json_safe(self.to_dict()), allow_nan=False, sort_keys=True)
-
-    @classmethod
-    def from_json(cls, s: str) -> TrialResult:
-        """Parse :meth:`to_json` output."""
-        return cls.from_dict(json.loads(s))
-
-
-def failure_result(spec: Mapping[str, Any], status: str, error: str, *, wall_s: float = 0.0,
-                   hardware: Mapping[str, Any] | None = None) -> TrialResult:
-    """The result of a trial that measured nothing: ``status`` and ``error``, no metrics.
-
-    Args:
-        spec: The trial spec (``workload``, ``config``, ``device``).
-        status: ``"failed"``, ``"oom"`` or ``"timeout"``.
-        error: What happened, for a person.
-        wall_s: Seconds the trial took.
-        hardware: The machine record; default :func:`~cubicml_lab.hardware.host_record` of this
-            host *as a CPU* (never a CUDA query, which would create a CUDA context here), with
-            the spec's device.
-    """
-    if hardware is None:
-        hardware = {**host_record("cpu"), "device": spec.get("device") or "cpu"}
-    config = spec.get("config")
-    return TrialResult(status=status, metrics={}, hardware=dict(hardware), error=error,
-                       workload=str(spec.get("workload") or ""),
-                       config=dict(config) if isinstance(config, Mapping) else {}, wall_s=wall_s)
 
 
 # ----------------------------------------------------------------------------- the options

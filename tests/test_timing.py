@@ -1,4 +1,4 @@
-"""Tests for cubicml_lab.measure: real clocks on real (sleeping or computing) steps.
+"""Tests for cubicml_lab.timing: real clocks on real (sleeping or computing) steps.
 
 Steps that sleep keep the timing tests meaningful on a busy, shared CPU: a sleep lasts at least
 its duration whatever else runs, while compute-bound steps slow down under contention.
@@ -20,11 +20,9 @@ from pathlib import Path
 import pytest
 
 from cubicml_lab.errors import MeasurementError
-from cubicml_lab.measure import (
-    STATUSES,
+from cubicml_lab.timing import (
     MeasureOptions,
     Timing,
-    TrialResult,
     device_peak_flops,
     hardware_info,
     make_timer,
@@ -164,7 +162,7 @@ def test_outlier_windows_are_counted_not_dropped() -> None:
 
 
 def test_median_ci_ranks_match_the_binomial_table() -> None:
-    from cubicml_lab.measure import _median_ci_rank
+    from cubicml_lab.timing import _median_ci_rank
 
     # n=5: no order statistic interval reaches 95%; n=6: (min, max); n=100: x(40)..x(61)
     assert _median_ci_rank(5) == 0 and _median_ci_rank(6) == 1
@@ -213,32 +211,8 @@ def test_measure_options_from_dict_round_trip_and_checks() -> None:
 
 
 # ------------------------------------------------------------------------------ the record
-def test_trial_result_json_round_trip_with_nan_and_inf() -> None:
-    res = TrialResult(status="ok", metrics={"step_time_s": 0.25, "mfu": math.nan,
-                                            "step_time_rel_ci": math.inf},
-                      hardware={"hostname": "h", "gpu": {"name": "none"}}, workload="gpt",
-                      workload_version="1", config={"d_model": 64, "compile": False}, wall_s=3.5)
-    text = res.to_json()
-
-    def refuse(token: str) -> None:
-        raise AssertionError(f"bare {token} in JSON")
-
-    json.loads(text, parse_constant=refuse)  # strict JSON
-    back = TrialResult.from_json(text)
-    assert math.isnan(back.metrics["mfu"]) and back.metrics["step_time_rel_ci"] == math.inf
-    assert back.metrics["step_time_s"] == 0.25
-    assert back.to_dict() | {"metrics": {}} == res.to_dict() | {"metrics": {}}
-    assert TrialResult.from_dict(res.to_dict()).config == {"d_model": 64, "compile": False}
 
 
-def test_trial_result_checks_its_status() -> None:
-    assert STATUSES == ("ok", "oom", "failed", "timeout")
-    with pytest.raises(MeasurementError, match="'crashed'"):
-        TrialResult(status="crashed", metrics={}, hardware={})
-    with pytest.raises(MeasurementError, match="colour"):
-        TrialResult.from_dict({"status": "ok", "metrics": {}, "hardware": {}, "colour": 1})
-    with pytest.raises(MeasurementError, match="no 'status'"):
-        TrialResult.from_json("[1, 2]")
 
 
 # ------------------------------------------------------------------------------ summarize
@@ -328,8 +302,8 @@ def test_cpu_peak_flops_is_measured_once_then_read_from_the_cache(tmp_path, monk
     assert device_peak_flops("cpu", "fp32") == 1234.5, "the second call must read the file"
 
 
-def test_importing_measure_loads_no_torch() -> None:
-    code = "import sys, cubicml_lab.measure; print('torch' in sys.modules)"
+def test_importing_timing_loads_no_torch() -> None:
+    code = "import sys, cubicml_lab.timing; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"
@@ -388,12 +362,3 @@ def test_tuned_allocator_stops_page_faulting_freed_step_buffers(mode) -> None:
     else:
         assert what == "default" and int(faults) > 20 * 2000  # thousands a step
 
-
-def test_trial_result_shows_itself():
-    ok = TrialResult(status="ok", metrics={"tokens_per_s": 12345.6, "step_time_s": 0.01,
-                                           "peak_mem_gib": 0.5}, hardware={}, workload="gpt",
-                     config={"micro_batch": 4})
-    assert "tokens_per_s: 12345.6" in str(ok) and "micro_batch=4" in str(ok)
-    assert "12,346" in ok._repr_html_() and "gpt" in ok._repr_html_()
-    bad = TrialResult(status="oom", metrics={}, hardware={}, error="Traceback\nMemoryError: <x>")
-    assert "MemoryError: &lt;x&gt;" in bad._repr_html_() and "error: MemoryError" in str(bad)

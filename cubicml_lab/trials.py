@@ -1,0 +1,368 @@
+"""The trial, in one place: its statuses, its two records, their JSON codec, and running one.
+
+Every other module imports the trial's vocabulary from here:
+
+* :data:`STATUSES` (a trial's whole life: ``pending``, ``running``, then one of
+  :data:`FINISHED`: ``ok``, ``oom``, ``failed``, ``timeout``).
+* :class:`TrialResult`: what one run of a trial produced, as a launcher returns it.
+* :class:`Trial`: one trial as the store keeps it (its campaign, id, times and status).
+* The JSON codec both records use: strict JSON (never pickle), non-finite floats written as the
+  strings ``"NaN"``, ``"Infinity"`` and ``"-Infinity"`` (:func:`json_safe`, :func:`restore`,
+  :func:`dumps`).
+* :func:`run_trial`: one measured trial in this process, which every launcher ends up calling.
+  It resolves the config (:mod:`cubicml_lab.workloads`), builds the job, times it in steady
+  state (:func:`cubicml_lab.timing.time_steps`) and returns a :class:`TrialResult`. A trial's
+  own failure (a bad config, an exception, running out of memory, a non-finite loss) is a
+  result with status ``"failed"`` or ``"oom"``, never an exception.
+
+A config travels down once (launcher -> :func:`run_trial` -> workload -> timing) and its result
+travels back up once. Importing this module imports no torch.
+
+Example:
+    >>> from cubicml_lab.trials import FINISHED, TrialResult
+    >>> r = TrialResult(status="ok", metrics={"tokens_per_s": float("nan")}, hardware={})
+    >>> TrialResult.from_json(r.to_json()).status in FINISHED
+    True
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import json
+import math
+import sys
+import time
+import traceback
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+from .errors import ConfigError, MeasurementError
+
+__all__ = ["FINISHED", "STATUSES", "Trial", "TrialResult", "dumps", "failure_result",
+           "json_safe", "restore", "run_trial"]
+
+#: Every trial status, in lifecycle order.
+STATUSES = ("pending", "running", "ok", "oom", "failed", "timeout")
+#: The statuses a trial ends in (a :class:`TrialResult` has one); it never changes again.
+FINISHED = ("ok", "oom", "failed", "timeout")
+#: How non-finite floats are written in JSON, and read back.
+NONFINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
+_OOM_TEXT = ("out of memory", "can't allocate memory", "cannot allocate memory")
+
+
+# -- the JSON codec ---------------------------------------------------------------------------
+def json_safe(value: Any) -> Any:
+    """``value`` with non-finite floats replaced by ``"NaN"``, ``"Infinity"``, ``"-Infinity"``
+    (mappings and sequences walked; keys made strings), ready for strict JSON."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+    if isinstance(value, Mapping):
+        return {str(k): json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    return value
+
+
+def restore(value: Any) -> Any:
+    """The inverse of :func:`json_safe`: the strings it wrote become floats again."""
+    if isinstance(value, str):
+        return NONFINITE.get(value, value)
+    if isinstance(value, Mapping):
+        return {key: restore(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [restore(item) for item in value]
+    return value
+
+
+def dumps(value: Any, *, sort_keys: bool = False) -> str:
+    """Compact strict JSON text of ``value`` (through :func:`json_safe`; never NaN tokens)."""
+    return json.dumps(json_safe(value), allow_nan=False, ensure_ascii=False,
+                      separators=(",", ":"), sort_keys=sort_keys)
+
+
+# -- the records ------------------------------------------------------------------------------
+@dataclass(frozen=True, kw_only=True)
+class TrialResult:
+    """What one trial produced; failures are data (a status and an error), never exceptions.
+
+    Attributes:
+        status: One of :data:`FINISHED`: ``"ok"``, ``"oom"``, ``"failed"``, ``"timeout"``.
+        metrics: Measured values by name (see :func:`cubicml_lab.timing.summarize`; plus
+            ``peak_mem_gib`` and ``loss``); empty unless something was measured.
+        hardware: Description of the machine (see :func:`cubicml_lab.hardware.hardware_info`).
+        error: What went wrong (message and traceback tail), ``None`` when ok.
+        workload: Workload name, e.g. ``"gpt"``.
+        workload_version: The workload's version string.
+        config: The full resolved config that ran (every knob).
+        wall_s: Seconds the whole trial took (build + warm-up + timing).
+    """
+
+    status: str
+    metrics: dict[str, float]
+    hardware: dict[str, Any]
+    error: str | None = None
+    workload: str = ""
+    workload_version: str = ""
+    config: dict[str, Any] = field(default_factory=dict)
+    wall_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.status not in FINISHED:
+            raise MeasurementError(f"TrialResult status = {self.status!r} is not one of "
+                                   f"{', '.join(FINISHED)}", hint="use one of the listed statuses")
+
+    def to_dict(self) -> dict[str, Any]:
+        """A plain dict of the fields (non-finite floats kept as floats)."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> TrialResult:
+        """Rebuild from :meth:`to_dict` or parsed :meth:`to_json` output ("NaN" -> float)."""
+        if not isinstance(d, Mapping) or "status" not in d:
+            raise MeasurementError(f"not a TrialResult (no 'status'): {str(d)[:200]}",
+                                   hint="pass what TrialResult.to_dict() or to_json() wrote")
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise MeasurementError(f"unknown TrialResult field(s) {unknown}",
+                                   hint=f"known fields: {', '.join(sorted(known))}")
+        kw = dict(d)
+        kw["metrics"] = restore(dict(d.get("metrics") or {}))
+        kw["hardware"] = dict(d.get("hardware") or {})
+        kw["config"] = dict(d.get("config") or {})
+        return cls(**kw)
+
+    def _facts(self) -> list[tuple[str, Any]]:
+        m = self.metrics
+        facts: list[tuple[str, Any]] = [("status", self.status)]
+        for key in ("tokens_per_s", "samples_per_s", "step_time_s", "step_time_rel_ci",
+                    "peak_mem_gib", "achieved_tflops", "mfu"):
+            if key in m:
+                facts.append((key, m[key]))
+        if self.config:
+            facts.append(("config", ", ".join(f"{k}={v}" for k, v in self.config.items())))
+        facts.append(("wall_s", round(self.wall_s, 2)))
+        if self.error:
+            facts.append(("error", self.error.strip().splitlines()[-1][:200]))
+        return facts
+
+    def __str__(self) -> str:
+        head = f"TrialResult {self.workload}".rstrip()
+        return head + "\n" + "\n".join(f"  {k}: {v}" for k, v in self._facts())
+
+    def _repr_html_(self) -> str:
+        from ._html import card
+
+        return card(f"TrialResult · {self.workload or 'trial'}", self._facts(),
+                    note="all metrics: result.metrics; the machine: result.hardware")
+
+    def to_json(self) -> str:
+        """Strict JSON text (no bare NaN/Infinity: they are written as strings)."""
+        return dumps(self.to_dict(), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, s: str) -> TrialResult:
+        """Parse :meth:`to_json` output."""
+        return cls.from_dict(json.loads(s))
+
+
+@dataclass(frozen=True, kw_only=True)
+class Trial:
+    """One trial as the store keeps it: a configuration, what became of it, where it ran.
+
+    Attributes:
+        campaign: Name of the campaign the trial belongs to.
+        id: Store-wide trial id (unique in one store file, assigned on insert).
+        config: Knob name -> JSON scalar (the searched parameters, not derived values).
+        status: One of :data:`STATUSES`.
+        metrics: Measured values, e.g. ``tokens_per_s``, ``step_time_s``, ``peak_mem_gib``.
+        hardware: Description of the machine the trial ran on (may be nested).
+        workload: Workload name, e.g. ``"gpt"``.
+        workload_version: Version string of the workload code.
+        created_at: When the trial was added, unix seconds.
+        started_at: When it started running, unix seconds; None if it never ran.
+        ended_at: When it reached a final status, unix seconds; None until then.
+        error: Error text of a failed trial; None otherwise.
+    """
+
+    campaign: str
+    id: int
+    config: dict[str, Any]
+    status: str
+    metrics: dict[str, Any]
+    hardware: dict[str, Any]
+    workload: str
+    workload_version: str
+    created_at: float
+    started_at: float | None
+    ended_at: float | None
+    error: str | None
+
+    @property
+    def duration_s(self) -> float | None:
+        """Wall-clock seconds from start to end; None unless both are known."""
+        if self.started_at is None or self.ended_at is None:
+            return None
+        return self.ended_at - self.started_at
+
+
+def failure_result(spec: Mapping[str, Any], status: str, error: str, *, wall_s: float = 0.0,
+                   hardware: Mapping[str, Any] | None = None) -> TrialResult:
+    """The result of a trial that measured nothing: ``status`` and ``error``, no metrics.
+
+    Args:
+        spec: The trial spec (``workload``, ``config``, ``device``).
+        status: ``"failed"``, ``"oom"`` or ``"timeout"``.
+        error: What happened, for a person.
+        wall_s: Seconds the trial took.
+        hardware: The machine record; default :func:`~cubicml_lab.hardware.host_record` of this
+            host *as a CPU* (never a CUDA query, which would create a CUDA context here), with
+            the spec's device.
+    """
+    if hardware is None:
+        from .hardware import host_record
+
+        hardware = {**host_record("cpu"), "device": spec.get("device") or "cpu"}
+    config = spec.get("config")
+    return TrialResult(status=status, metrics={}, hardware=dict(hardware), error=error,
+                       workload=str(spec.get("workload") or ""),
+                       config=dict(config) if isinstance(config, Mapping) else {}, wall_s=wall_s)
+
+
+# -- running one trial in this process --------------------------------------------------------
+def _check_device(device: Any) -> str:
+    ok = isinstance(device, str) and (
+        device in ("cpu", "cuda") or (device.startswith("cuda:") and device[5:].isdigit()))
+    if not ok:
+        raise ConfigError(f"device = {device!r} is not 'cpu', 'cuda' or 'cuda:N'",
+                          hint="e.g. device='cpu'")
+    if device.startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ConfigError(f"device = {device!r} but torch sees no CUDA device",
+                              hint="use device='cpu' on this machine")
+    return device
+
+
+def _is_oom(err: BaseException) -> bool:
+    torch = sys.modules.get("torch")
+    oom_type = getattr(torch, "OutOfMemoryError", None) if torch is not None else None
+    if isinstance(err, MemoryError) or (oom_type is not None and isinstance(err, oom_type)):
+        return True
+    return isinstance(err, RuntimeError) and any(t in str(err).lower() for t in _OOM_TEXT)
+
+
+def _error_text(err: BaseException, tail_lines: int = 12) -> str:
+    tb = "".join(traceback.format_exception(type(err), err, err.__traceback__)).rstrip()
+    tail = "\n".join(tb.splitlines()[-tail_lines:])
+    return f"{type(err).__name__}: {err}\ntraceback (last {tail_lines} lines):\n{tail}"
+
+
+def run_trial(spec: dict[str, Any]) -> TrialResult:
+    """Run one trial in this process and return its result; never raises for the trial's failure.
+
+    Args:
+        spec: ``{"workload": str, "config": dict, "device": "cpu" | "cuda" | "cuda:N",
+            "measure": dict of MeasureOptions fields}``; ``config``, ``device`` (default
+            ``"cpu"``) and ``measure`` are optional.
+
+    Returns:
+        ``status="ok"`` with :func:`~cubicml_lab.timing.summarize` metrics (``units`` named by
+        the workload, e.g. ``tokens_per_s``) plus ``peak_mem_gib``, ``loss`` (last step's) and
+        ``model_params``; ``"oom"`` with the error and the ``peak_mem_gib`` known so far;
+        ``"failed"`` for a bad config or measure option, a non-finite loss or any other
+        exception (type, message and traceback tail in ``error``). ``config`` is the resolved
+        config (as given when it could not be resolved); ``wall_s`` the whole trial's seconds.
+    """
+    from .hardware import GpuTelemetry, tune_cpu_allocator
+    from .timing import (MeasureOptions, device_peak_flops, hardware_info, host_record,
+                         make_timer, peak_memory_gib, reset_peak_memory, summarize, time_steps)
+    from .workloads import get
+    from .workloads.parallel import World, close_world, init_world
+
+    t0 = time.perf_counter()
+    ok_spec = isinstance(spec, dict)
+    name = str(spec.get("workload", "")) if ok_spec else ""
+    device = (spec.get("device") or "cpu") if ok_spec else "cpu"
+    config: Any = spec.get("config") if ok_spec else None
+    version, hardware, saved_threads = "", {}, None
+    status, metrics, error = "failed", {}, None
+    world = World(device=str(device))
+    try:
+        if not ok_spec or not isinstance(config if config is not None else {}, dict):
+            raise ConfigError(f"a trial spec is a dict with a 'config' dict, got {spec!r:.200}",
+                              hint='e.g. {"workload": "gpt", "config": {"d_model": 64}}')
+        config = dict(config or {})
+        workload = get(name)
+        version = workload.version
+        config = workload.resolve(config)
+        options = MeasureOptions.from_dict(spec.get("measure"))
+        device = _check_device(device)
+        world = init_world(device)
+        device = world.device
+        workload.check_world(config, world.world_size)
+        import torch
+
+        if config.get("threads"):
+            saved_threads = torch.get_num_threads()
+            torch.set_num_threads(int(config["threads"]))
+        hardware = {**hardware_info(device), **world.describe(), "rank": world.rank,
+                    "cpu_malloc": tune_cpu_allocator()}
+        peak_flops = device_peak_flops(device, config.get("precision", "fp32"))
+        reset_peak_memory(device)
+        built = workload.build(config, device, world)
+        hardware["parallel"] = dict(built.parallel)
+        last: list[Any] = [None]
+
+        def step() -> None:
+            last[0] = built.step()
+
+        telemetry = GpuTelemetry(device) if device.startswith("cuda") else contextlib.nullcontext()
+        with telemetry:
+            timing = time_steps(step, sync=built.sync, options=options,
+                                timer=make_timer(device, built.sync),
+                                reduce=world.max if world.distributed else None)
+        if isinstance(telemetry, GpuTelemetry):
+            hardware.update(telemetry.summary())
+        loss = world.mean(float(last[0]))
+        if not math.isfinite(loss):
+            error = (f"loss is not finite ({loss}) after {timing.warmup_steps} warm-up and "
+                     f"{timing.steps_timed} timed steps: training diverged (lr = "
+                     f"{config.get('lr')!r}?); the step time of a diverged run is not reported")
+        else:
+            metrics = summarize(timing, built.units_per_step, built.flops_per_step, peak_flops,
+                                built.n_devices, units=workload.units)
+            metrics.update(peak_mem_gib=world.max(peak_memory_gib(device)), loss=loss,
+                           model_params=float(built.model_params))
+            status = "ok"
+    except Exception as err:  # noqa: BLE001 - a trial's failure is data, never an exception
+        error = _error_text(err)
+        if world.distributed:
+            error = f"rank {world.rank} of {world.world_size}: {error}"
+        if _is_oom(err):
+            status = "oom"
+            try:
+                metrics = {"peak_mem_gib": peak_memory_gib(device)}
+            except Exception:  # noqa: BLE001 - the figure is optional
+                metrics = {}
+        del err
+    finally:
+        built = last = None  # free the model and its tensors before reporting
+        gc.collect()
+        torch_mod = sys.modules.get("torch")
+        on_cuda = str(device).startswith("cuda")
+        if torch_mod is not None and on_cuda and torch_mod.cuda.is_available():
+            torch_mod.cuda.empty_cache()
+        if saved_threads is not None:
+            torch_mod.set_num_threads(saved_threads)
+        if status == "ok":  # after a failure, peers may be stuck in a collective: do not wait
+            close_world(world)
+    if not hardware:
+        hardware = host_record(device)
+    return TrialResult(status=status, metrics=metrics, hardware=hardware, error=error,
+                       workload=name, workload_version=version,
+                       config=config if isinstance(config, dict) else {},
+                       wall_s=time.perf_counter() - t0)

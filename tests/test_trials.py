@@ -1,0 +1,116 @@
+"""Tests for cubicml_lab.trials: one vocabulary, the two records, their JSON codec."""
+
+from __future__ import annotations
+
+import json
+import math
+import sqlite3
+import subprocess
+import sys
+
+import pytest
+
+from cubicml_lab.errors import MeasurementError
+from cubicml_lab.trials import (
+    FINISHED,
+    STATUSES,
+    Trial,
+    TrialResult,
+    dumps,
+    failure_result,
+    json_safe,
+    restore,
+)
+
+
+def test_one_vocabulary_everywhere(tmp_path):
+    from cubicml_lab import datasets, store
+    from cubicml_lab.search import base
+    from cubicml_lab.surrogate import feasibility
+
+    assert STATUSES == ("pending", "running", *FINISHED)
+    assert FINISHED == ("ok", "oom", "failed", "timeout")
+    assert store.STATUSES is STATUSES and store.FINAL_STATUSES is FINISHED
+    assert base.STATUSES is FINISHED and feasibility.FINISHED is FINISHED
+    assert datasets.FINISHED is FINISHED and store.Trial is Trial
+    # the store file's CHECK constraint holds exactly this vocabulary
+    s = store.TrialStore(tmp_path / "s.sqlite")
+    s.create_campaign("c", workload="gpt")
+    s.close()
+    with sqlite3.connect(tmp_path / "s.sqlite") as conn:
+        (sql,) = conn.execute("SELECT sql FROM sqlite_master WHERE name = 'trials'").fetchone()
+    assert f"status IN {STATUSES!r}" in sql
+
+
+def test_codec_round_trips_non_finite_floats_as_strict_json():
+    value = {"a": math.nan, "b": [math.inf, -math.inf, 1.5], "c": {"d": "text"}, 3: None}
+    text = dumps(value, sort_keys=True)
+
+    def refuse(token: str) -> None:
+        raise AssertionError(f"bare {token} in JSON")
+
+    parsed = json.loads(text, parse_constant=refuse)
+    assert parsed == {"3": None, "a": "NaN", "b": ["Infinity", "-Infinity", 1.5],
+                      "c": {"d": "text"}}
+    back = restore(parsed)
+    assert math.isnan(back["a"]) and back["b"][:2] == [math.inf, -math.inf]
+    assert json_safe((1, 2.0)) == [1, 2.0] and restore("NaNo") == "NaNo"
+
+
+def test_trial_duration():
+    t = Trial(campaign="c", id=1, config={}, status="ok", metrics={}, hardware={},
+              workload="gpt", workload_version="1", created_at=0.0, started_at=10.0,
+              ended_at=12.5, error=None)
+    assert t.duration_s == 2.5
+    assert Trial(**{**t.__dict__, "ended_at": None}).duration_s is None
+
+
+def test_failure_result_keeps_the_spec_and_describes_this_host_as_a_cpu():
+    r = failure_result({"workload": "gpt", "config": {"d_model": 8}, "device": "cuda:1"},
+                       "timeout", "killed after 5 s", wall_s=5.0)
+    assert r.status == "timeout" and r.metrics == {} and r.config == {"d_model": 8}
+    assert r.hardware["device"] == "cuda:1" and r.wall_s == 5.0 and r.workload == "gpt"
+
+
+def test_importing_trials_loads_no_torch():
+    code = "import sys, cubicml_lab.trials; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_trial_result_json_round_trip_with_nan_and_inf() -> None:
+    res = TrialResult(status="ok", metrics={"step_time_s": 0.25, "mfu": math.nan,
+                                            "step_time_rel_ci": math.inf},
+                      hardware={"hostname": "h", "gpu": {"name": "none"}}, workload="gpt",
+                      workload_version="1", config={"d_model": 64, "compile": False}, wall_s=3.5)
+    text = res.to_json()
+
+    def refuse(token: str) -> None:
+        raise AssertionError(f"bare {token} in JSON")
+
+    json.loads(text, parse_constant=refuse)  # strict JSON
+    back = TrialResult.from_json(text)
+    assert math.isnan(back.metrics["mfu"]) and back.metrics["step_time_rel_ci"] == math.inf
+    assert back.metrics["step_time_s"] == 0.25
+    assert back.to_dict() | {"metrics": {}} == res.to_dict() | {"metrics": {}}
+    assert TrialResult.from_dict(res.to_dict()).config == {"d_model": 64, "compile": False}
+
+
+def test_trial_result_checks_its_status() -> None:
+    assert FINISHED == ("ok", "oom", "failed", "timeout")
+    with pytest.raises(MeasurementError, match="'crashed'"):
+        TrialResult(status="crashed", metrics={}, hardware={})
+    with pytest.raises(MeasurementError, match="colour"):
+        TrialResult.from_dict({"status": "ok", "metrics": {}, "hardware": {}, "colour": 1})
+    with pytest.raises(MeasurementError, match="no 'status'"):
+        TrialResult.from_json("[1, 2]")
+
+
+def test_trial_result_shows_itself():
+    ok = TrialResult(status="ok", metrics={"tokens_per_s": 12345.6, "step_time_s": 0.01,
+                                           "peak_mem_gib": 0.5}, hardware={}, workload="gpt",
+                     config={"micro_batch": 4})
+    assert "tokens_per_s: 12345.6" in str(ok) and "micro_batch=4" in str(ok)
+    assert "12,346" in ok._repr_html_() and "gpt" in ok._repr_html_()
+    bad = TrialResult(status="oom", metrics={}, hardware={}, error="Traceback\nMemoryError: <x>")
+    assert "MemoryError: &lt;x&gt;" in bad._repr_html_() and "error: MemoryError" in str(bad)
