@@ -475,3 +475,13 @@ def test_resumed_trial_is_launched_once_when_review_skips_beside_it(gpt_space, t
     assert len(df) == 3 and set(df["status"]) == {"ok"}
     keys = [gpt_space.key({n: r[n] for n in gpt_space.names}) for _, r in df.iterrows()]
     assert len(set(keys)) == 3 and tmp_store.get_trial(tid).status == "ok"
+
+
+def test_a_wide_int_knob_is_checked_without_listing_it(tmp_store):
+    import time
+
+    t0 = time.perf_counter()
+    make("wide", cml.Space([cml.Int("seed", 0, 10**9)]), tmp_store)  # every seed is a valid seed
+    assert time.perf_counter() - t0 < 5.0  # 10**9 resolves would take hours
+    with pytest.raises(ConfigError, match="micro_batch"):  # its low end is checked
+        make("wide-bad", cml.Space([cml.Int("micro_batch", 0, 10**6)]), tmp_store)
