@@ -106,8 +106,8 @@ def tagged(tag: str) -> list[int]:
 
 
 def trial_processes() -> dict[tuple[int, str], str]:
-    """Live trial processes (``python -m cubicml_lab.launch.worker``, not their guards): (pid, start) ->
-    path of their spec. A trial's own child between fork and exec (e.g. ``ldconfig`` run by
+    """Live trial processes (``python -m cubicml_lab.launch.worker``, not their guards):
+    (pid, start) -> path of their spec. A trial's own child between fork and exec (e.g. ``ldconfig`` run by
     ``ctypes.util.find_library``) shows the same command line for a moment: it is left out."""
     out, parents = {}, {}
     for entry in os.listdir("/proc"):

@@ -1,6 +1,7 @@
 """Run each trial in a fresh Python interpreter, with a timeout and an optional memory limit.
 
-:class:`Subprocess` starts ``python -m cubicml_lab.launch.worker --spec SPEC.json --result RESULT.json``
+:class:`Subprocess` starts
+``python -m cubicml_lab.launch.worker --spec SPEC.json --result RESULT.json``
 in a new process session for every trial, waits for it, and reads the result back. What this buys
 over :class:`~cubicml_lab.launch.InProcess`:
 

@@ -1,8 +1,8 @@
 """Run each trial as a multi-process job under ``torchrun`` (``torch.distributed.run``).
 
 :class:`Torchrun` is :class:`~cubicml_lab.launch.Subprocess` with a different command: it starts
-``python -m torch.distributed.run ... -m cubicml_lab.launch.worker --spec SPEC --result RESULT``, which
-spawns ``nproc_per_node`` workers on this node. Each worker joins the process group (gloo on CPU,
+``python -m torch.distributed.run ... -m cubicml_lab.launch.worker --spec SPEC --result RESULT``,
+which spawns ``nproc_per_node`` workers on this node. Each worker joins the process group (gloo on CPU,
 NCCL on CUDA, one GPU per worker: ``cuda:LOCAL_RANK``), the workload parallelises itself over the
 ranks (data, fully sharded or tensor parallel, as its config says), and measurement agrees across
 ranks (the slowest rank's time). Rank 0 writes the result; a rank that fails writes its own, and
@@ -104,7 +104,8 @@ class Torchrun(Subprocess):
 
     def command(self, spec_path: str, result_path: str) -> list[str]:
         """The torchrun argument list (never run through a shell)."""
-        trial = super().command(spec_path, result_path)  # [python, -m, cubicml_lab.launch.worker, ...]
+        # [python, -m, cubicml_lab.launch.worker, ...]
+        trial = super().command(spec_path, result_path)
         cmd = [trial[0], "-m", "torch.distributed.run", "--nnodes", str(self.nnodes),
                "--nproc-per-node", str(self.nproc_per_node), "--max-restarts", "0"]
         if self.master_addr is None:

@@ -195,7 +195,8 @@ def main(argv: list[str] | None = None) -> int:
         try:
             apply_memory_limit(args.memory_limit_gib)
         except (OSError, ValueError) as err:
-            print(f"cubicml_lab.launch.worker: cannot apply --memory-limit-gib: {err}", file=sys.stderr)
+            print(f"cubicml_lab.launch.worker: cannot apply --memory-limit-gib: {err}",
+                  file=sys.stderr)
             return EXIT_USAGE
     try:
         spec = read_spec(args.spec)
