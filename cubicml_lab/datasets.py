@@ -61,7 +61,7 @@ from typing import TYPE_CHECKING, Any
 
 from .errors import ConfigError, DataError
 from .space import Bool, Choice, Ordinal, Parameter, Space
-from .store.tables import _flatten, _keys
+from .store.tables import flatten, keys_in_order
 from .trials import FINISHED
 
 if TYPE_CHECKING:
@@ -474,15 +474,15 @@ def _expand_raw(pd: Any, df: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
     parsed = {c: [_as_dict(v, c) for v in df[c]] if c in df.columns else [{}] * len(df)
               for c in ("config", "metrics", "hardware")}
     config_keys = []
-    for key in _keys(parsed["config"]):
+    for key in keys_in_order(parsed["config"]):
         col = f"config.{key}" if key in cols else key
         cols[col] = pd.Series([d.get(key) for d in parsed["config"]], dtype=object)
         config_keys.append(col)
-    for key in _keys(parsed["metrics"]):
+    for key in keys_in_order(parsed["metrics"]):
         col = f"metric.{key}" if key in cols else key
         cols[col] = pd.Series([_number(d.get(key)) for d in parsed["metrics"]])
-    hardware = [_flatten(d, "hw.") for d in parsed["hardware"]]
-    for key in _keys(hardware):
+    hardware = [flatten(d, "hw.") for d in parsed["hardware"]]
+    for key in keys_in_order(hardware):
         cols[key] = pd.Series([d.get(key) for d in hardware], dtype=object)
     out = pd.DataFrame(cols, index=df.index)
     for col in config_keys:  # object -> int64/float64/bool when every value allows it

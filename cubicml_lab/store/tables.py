@@ -60,14 +60,14 @@ def to_dataframe(trials: Sequence[Trial]) -> pd.DataFrame:
            for name in ("created_at", "started_at", "ended_at", "duration_s")},
         "error": pd.Series([t.error for t in trials], dtype=object),
     }
-    for key in _keys(t.config for t in trials):
+    for key in keys_in_order(t.config for t in trials):
         name = f"config.{key}" if key in _FIXED_COLUMNS else key
         cols[name] = _column(pd, [t.config.get(key) for t in trials], exact=True)
-    for key in _keys(t.metrics for t in trials):
+    for key in keys_in_order(t.metrics for t in trials):
         name = f"metric.{key}" if key in cols else key
         cols[name] = _column(pd, [t.metrics.get(key) for t in trials], exact=False)
-    hardware = [_flatten(t.hardware, "hw.") for t in trials]
-    for key in _keys(hardware):
+    hardware = [flatten(t.hardware, "hw.") for t in trials]
+    for key in keys_in_order(hardware):
         cols[key] = _column(pd, [hw.get(key) for hw in hardware], exact=False)
     return pd.DataFrame(cols)
 
@@ -139,16 +139,18 @@ def _nan(value: float | None) -> float:
     return math.nan if value is None else value
 
 
-def _keys(dicts: Iterable[Mapping[str, Any]]) -> list[str]:
-    """Keys of all dicts, in order of first appearance."""
+def keys_in_order(dicts: Iterable[Mapping[str, Any]]) -> list[str]:
+    """Keys of all dicts, in order of first appearance (the column order of a tidy table)."""
     return list(dict.fromkeys(key for d in dicts for key in d))
 
 
-def _flatten(value: Mapping[str, Any], prefix: str) -> dict[str, Any]:
+def flatten(value: Mapping[str, Any], prefix: str) -> dict[str, Any]:
+    """Nested mappings as one level, keys joined by dots after ``prefix``: the ``hw.`` columns
+    of a tidy table (``{"gpu": {"name": "x"}}`` -> ``{"hw.gpu.name": "x"}``)."""
     out: dict[str, Any] = {}
     for key, item in value.items():
         if isinstance(item, Mapping) and item:
-            out.update(_flatten(item, f"{prefix}{key}."))
+            out.update(flatten(item, f"{prefix}{key}."))
         else:
             out[f"{prefix}{key}"] = item
     return out
