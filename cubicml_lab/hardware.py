@@ -141,14 +141,16 @@ def hardware_info(device: str = "cpu") -> dict[str, Any]:
     """Describe this machine: CPU, threads, versions and, for a CUDA device, the GPU.
 
     Returns:
-        ``device, cpu_model, cpu_count, torch_threads, torch_version, python_version, hostname,
-        platform``; for ``cuda[:N]`` also ``gpu_name, gpu_count, gpu_mem_gib, cuda_version,
+        ``device, cpu_model, cpu_count, cpu_affinity`` (the cores this process may run on, as
+        ``"0,1"``), ``torch_threads, torch_version, python_version, hostname, platform``; for ``cuda[:N]`` also ``gpu_name, gpu_count, gpu_mem_gib, cuda_version,
         driver`` (``None`` when nvidia-smi is not available).
     """
     import torch
 
     info: dict[str, Any] = {
         "device": str(device), "cpu_model": _cpu_model(), "cpu_count": os.cpu_count(),
+        "cpu_affinity": ",".join(str(c) for c in sorted(os.sched_getaffinity(0)))
+        if hasattr(os, "sched_getaffinity") else None,  # the cores it may run on, "0,1"
         "torch_threads": torch.get_num_threads(), "torch_version": torch.__version__,
         "python_version": platform.python_version(), "hostname": socket.gethostname(),
         "platform": platform.platform(),

@@ -125,7 +125,12 @@ table[["trial_id", "status", *space.names, "tokens_per_s", "step_time_rel_ci",
 # cml.launch.Subprocess(timeout_s=600)                     # this machine, a process per trial
 # cml.launch.Torchrun(8, timeout_s=1800)                   # one 8-GPU box, one job per trial
 # cml.launch.Torchrun(8, nnodes=2, node_rank=0, master_addr="node0")   # two nodes, by hand
+# cml.launch.LocalPool(1, device="cuda")                  # 8 GPUs: 8 trials at once, a GPU each
+# cml.launch.LocalPool(1)                                 # this CPU: a trial per core, pinned
 # ```
+#
+# With a `LocalPool`, `campaign.run(budget, parallel=pool.slots)` keeps every slot busy, and
+# two trials never share a core or a GPU.
 #
 # A scheduler launcher (Slurm, through submitit) plugs into the same interface. The next cell
 # runs a trial on the GPU when this kernel has one, and says so when it does not.

@@ -485,3 +485,18 @@ def test_a_wide_int_knob_is_checked_without_listing_it(tmp_store):
     assert time.perf_counter() - t0 < 5.0  # 10**9 resolves would take hours
     with pytest.raises(ConfigError, match="micro_batch"):  # its low end is checked
         make("wide-bad", cml.Space([cml.Int("micro_batch", 0, 10**6)]), tmp_store)
+
+
+@pytest.mark.slow
+def test_a_campaign_keeps_a_local_pool_full(gpt_space, tmp_store):
+    import os
+
+    if not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("needs 2 cores this process may run on")
+    cores = sorted(os.sched_getaffinity(0))[:2]
+    pool = cml.launch.LocalPool(1, devices=cores, timeout_s=120)
+    df = make("pool", gpt_space, tmp_store, launcher=pool).run(budget=4, parallel=pool.slots,
+                                                                progress=False, verbose=False)
+    assert list(df["status"]) == ["ok"] * 4
+    assert set(df["hw.cpu_affinity"]) == {str(c) for c in cores}  # one core per trial
+    assert "local_pool" in str(tmp_store.campaign_info("pool")["metadata"]["launcher"])

@@ -47,7 +47,8 @@ METRIC_KEYS = ("tokens_per_s", "step_time_s", "peak_mem_gib")
 def fake_python(tmp_path: Path, name: str, body: str) -> Path:
     """Write an executable script that stands in for the trial interpreter.
 
-    It is called exactly like Python would be (``-m cubicml_lab.launch.worker --spec S --result R ...``),
+    It is called exactly like Python would be
+    (``-m cubicml_lab.launch.worker --spec S --result R ...``),
     and its body sees ``argv``, ``spec_path`` and ``result_path``.
     """
     head = f"""\
@@ -101,7 +102,8 @@ def check_ok(res: TrialResult) -> None:
 
 
 def test_importing_launch_and_trial_loads_no_torch() -> None:
-    code = "import sys, cubicml_lab.launch, cubicml_lab.launch.worker; print('torch' in sys.modules)"
+    code = ("import sys, cubicml_lab.launch, cubicml_lab.launch.worker; "
+            "print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"
@@ -586,3 +588,60 @@ def test_sweep_removes_only_the_folders_of_dead_owners(tmp_path: Path) -> None:
         (folder / "stderr.txt").write_text("x")
     assert sweep_trial_dirs(str(tmp_path)) == [str(orphaned)]
     assert not orphaned.exists() and mine.exists() and other.exists()
+
+
+# -- LocalPool --------------------------------------------------------------------------------
+def test_local_pool_splits_the_cores_into_slots_and_refuses_too_few():
+    from cubicml_lab.launch import LocalPool
+
+    pool = LocalPool(2, devices=[0, 1, 2, 3, 4])
+    assert pool.slots == 2 and pool.describe()["slot_devices"] == [[0, 1], [2, 3]]
+    assert pool.describe()["env"] == {}  # the pinning is per slot, not an option
+    with pytest.raises(ConfigError, match="2 cpu device"):
+        LocalPool(3, devices=[0, 1])
+    with pytest.raises(ConfigError, match="distinct"):
+        LocalPool(1, devices=[0, 0])
+    with pytest.raises(ConfigError, match="devices_per_trial"):
+        LocalPool(0)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2,
+                    reason="needs 2 cores this process may run on")
+def test_local_pool_runs_two_trials_at_once_each_on_its_own_core():
+    from cubicml_lab.launch import LocalPool
+
+    cores = sorted(os.sched_getaffinity(0))[:2]
+    pool = LocalPool(1, devices=cores, timeout_s=120)
+    spec = {**TINY_SPEC, "measure": {**FAST, "min_steps": 30, "max_steps": 60, "max_time_s": 2.0}}
+    results, spans = [None, None], [None, None]
+
+    def one(i: int) -> None:
+        t0 = time.monotonic()
+        results[i] = pool.run(spec)
+        spans[i] = (t0, time.monotonic())
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert [r.status for r in results] == ["ok", "ok"], [r.error for r in results]
+    seen = sorted(r.hardware["cpu_affinity"] for r in results)  # read inside each trial
+    assert seen == [str(c) for c in cores]  # one core each, never the same one
+    assert all(r.hardware["torch_threads"] == 1 for r in results)
+    assert max(s[0] for s in spans) < min(s[1] for s in spans)  # they ran at the same time
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2,
+                    reason="needs 2 cores this process may run on")
+def test_local_pool_runs_a_two_process_torchrun_trial_on_its_slot():
+    from cubicml_lab.launch import LocalPool
+
+    cores = sorted(os.sched_getaffinity(0))[:2]
+    pool = LocalPool(2, nproc_per_node=2, devices=cores, timeout_s=180)
+    res = pool.run({**TINY_SPEC, "config": {**TINY, "dp_shard": -1}})
+    assert res.status == "ok", res.error
+    assert res.hardware["world_size"] == 2
+    assert res.hardware["cpu_affinity"] == ",".join(str(c) for c in cores)

@@ -9,6 +9,8 @@ launcher is how the same notebook moves from a laptop to a GPU box or a cluster:
   group, with a timeout and an optional address-space cap; honest per-trial peak memory.
 * :class:`Torchrun`: the same, as a multi-process job under ``torchrun`` (gloo on CPU, NCCL on
   CUDA; several nodes through a static rendezvous); the workload parallelises itself.
+* :class:`LocalPool`: one machine kept busy, ``floor(devices / devices_per_trial)`` trials at
+  once, each pinned to its own cores or GPUs (a ``Subprocess`` or ``Torchrun`` per slot).
 
 A Slurm launcher (a job per trial through submitit) is planned on the same interface: each
 implements :meth:`Launcher.run` and :meth:`Launcher.describe`.
@@ -32,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import ConfigError, MeasurementError
 from .base import Launcher
 from .inprocess import InProcess
+from .pool import LocalPool
 from .subprocess import Subprocess
 from .torchrun import Torchrun
 
@@ -40,8 +43,8 @@ if TYPE_CHECKING:
 
     from ..trials import TrialResult
 
-__all__ = ["InProcess", "Launcher", "Subprocess", "Torchrun", "measure", "measure_repeats",
-           "repeat_spread"]
+__all__ = ["InProcess", "Launcher", "LocalPool", "Subprocess", "Torchrun", "measure",
+           "measure_repeats", "repeat_spread"]
 
 
 def measure(

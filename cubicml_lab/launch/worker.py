@@ -175,6 +175,16 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def pin_to_cpus(cpus: str | None) -> None:
+    """Bind this process (and what it starts later) to the cores listed in ``cpus`` ("0,2"),
+    as :class:`~cubicml_lab.launch.LocalPool` asks through ``CUBICML_LAB_CPUS``; no-op when
+    unset. Done before torch loads, so its thread pool sizes itself to these cores."""
+    if not cpus:
+        return
+    cores = {int(c) for c in cpus.split(",")}
+    os.sched_setaffinity(0, cores)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run one trial as the command line asks; return the process exit code."""
     parser = argparse.ArgumentParser(
@@ -191,6 +201,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     die_with_parent()
+    try:
+        pin_to_cpus(os.environ.get("CUBICML_LAB_CPUS"))
+    except (OSError, ValueError) as err:
+        print(f"cubicml_lab.launch.worker: cannot pin to CUBICML_LAB_CPUS: {err}",
+              file=sys.stderr)
+        return EXIT_USAGE
     if args.memory_limit_gib is not None:
         try:
             apply_memory_limit(args.memory_limit_gib)
