@@ -31,10 +31,12 @@ import concurrent.futures as cf
 import inspect
 import json
 import math
+import os
 import threading
 import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .errors import ConfigError, LaunchError, SearchError, SpaceError, StoreError
@@ -145,6 +147,8 @@ class Campaign:
         self.measure_options = dict(measure_options or {})
         self.fixed = dict(fixed or {})
         self.stop_reason: str | None = None
+        self.budget: int | None = None  # run()'s default budget (a campaign file sets it)
+        self.parallel = 1  # run()'s default parallel
         self.proposals: list[Proposal] = []
         self._told: set[int] = set()
         self._observers: list[Callable[[str, Any], None]] = []
@@ -565,7 +569,8 @@ class Campaign:
                   f"{'were' if n != 1 else 'was'} stopped and re-queued (run again to resume)")
 
     # -- the loop ------------------------------------------------------------------------------
-    def run(self, budget: int, parallel: int = 1, *, progress: bool = True,
+    def run(self, budget: int | None = None, parallel: int | None = None, *,
+            progress: bool = True,
             verbose: bool = True, on_trial: Callable[[Trial], None] | None = None,
             review: Callable[[Proposal], Mapping[str, Any] | None] | None = None
             ) -> pd.DataFrame:
@@ -575,8 +580,10 @@ class Campaign:
         trials in flight are stopped and re-queued, and the trials so far are returned.
 
         Args:
-            budget: Total finished trials wanted in this campaign, counting earlier runs.
-            parallel: Trials in flight at once (one launcher call each, in threads).
+            budget: Total finished trials wanted in this campaign, counting earlier runs;
+                default :attr:`budget` (set by a campaign file).
+            parallel: Trials in flight at once (one launcher call each, in threads); default
+                :attr:`parallel` (1 unless a campaign file says otherwise).
             progress: Show a tqdm progress bar (works in notebooks and terminals).
             verbose: Print one line per finished trial.
             on_trial: Called with each finished :class:`~cubicml_lab.store.Trial`.
@@ -589,6 +596,8 @@ class Campaign:
         """
         from tqdm.auto import tqdm
 
+        budget = self.budget if budget is None else budget
+        parallel = self.parallel if parallel is None else parallel
         if not isinstance(budget, int) or budget < 1:
             raise ConfigError(f"budget = {budget!r} must be a positive int", hint="e.g. budget=12")
         if not isinstance(parallel, int) or parallel < 1:
@@ -710,6 +719,70 @@ class Campaign:
             raise
         except Exception as err:  # a launcher bug must not lose the campaign: record it as data
             return _launcher_failure(err)
+
+    # -- campaign files ------------------------------------------------------------------------
+    def to_dict(self, budget: int | None = None, parallel: int | None = None) -> dict[str, Any]:
+        """The campaign as plain data, the form of a campaign file (see :meth:`from_yaml`).
+
+        Raises:
+            ConfigError: The searcher holds what a file cannot (a cost model function, ...).
+        """
+        from .search.describe import searcher_to_dict
+
+        return {"name": self.name, "workload": self.workload.name, "space": self.space.to_dict(),
+                "fixed": dict(self.fixed), "device": self.device,
+                "measure_options": dict(self.measure_options), "reference": self.reference,
+                "launcher": self.launcher.describe(), "searcher": searcher_to_dict(self.searcher),
+                "store": str(self.store.path),
+                "budget": self.budget if budget is None else budget,
+                "parallel": self.parallel if parallel is None else parallel}
+
+    def to_yaml(self, path: str | os.PathLike[str], budget: int | None = None,
+                parallel: int | None = None) -> Path:
+        """Write the campaign file that ``cubicml-lab run PATH`` (or :meth:`from_yaml`) starts
+        or resumes, e.g. to let a long campaign live in tmux or as a job of its own."""
+        import yaml
+
+        data = self.to_dict(budget, parallel)
+        out = Path(path)
+        out.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+        return out
+
+    @classmethod
+    def from_yaml(cls, path: str | os.PathLike[str]) -> Campaign:
+        """The campaign a campaign file describes, ready to :meth:`run` (budget and parallel
+        from the file). Checked like a space: unknown keys, bad values and a bad space, launcher
+        or searcher are refused naming the field; nothing in the file is executed. Keys:
+        ``name``, ``workload``, ``space`` (required); ``fixed``, ``device``,
+        ``measure_options``, ``reference``, ``launcher`` (default subprocess), ``searcher``
+        (default bayesian), ``store`` (default ``data/lab.sqlite``, relative to the working
+        directory), ``budget``, ``parallel``.
+
+        Raises:
+            ConfigError, SpaceError, StoreError: What is wrong, with the file's path.
+        """
+        from .launch.describe import launcher_from_dict
+        from .search.describe import searcher_from_dict
+
+        data = _read_campaign_file(path)
+        try:
+            space = Space.from_dict(data["space"])
+        except SpaceError as err:
+            raise SpaceError(f"{path}: space: {err.message}", hint=err.hint or "") from None
+        camp = cls(str(data["name"]), space, workload=data["workload"],
+                   launcher=launcher_from_dict(data.get("launcher") or {"kind": "subprocess"}),
+                   searcher=searcher_from_dict(space, data.get("searcher") or {}),
+                   store=TrialStore(data.get("store") or "data/lab.sqlite"),
+                   device=data.get("device") or "cpu", measure_options=data.get("measure_options"),
+                   fixed=data.get("fixed"), reference=data.get("reference"))
+        for key, default in (("budget", None), ("parallel", 1)):
+            value = data.get(key, default)
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool)
+                                      or value < 1):
+                raise ConfigError(f"{path}: {key} = {value!r} must be a positive int",
+                                  hint=f"e.g. {key}: {12 if key == 'budget' else 1}")
+            setattr(camp, key, value)
+        return camp
 
     # -- reading back --------------------------------------------------------------------------
     def trials(self) -> list[Trial]:
@@ -842,3 +915,41 @@ class Campaign:
         times = [(t.started_at, t.ended_at) for t in self.trials() if t.started_at and t.ended_at]
         return max(e for _, e in times) - min(s for s, _ in times) if times else 0.0
 
+
+_FILE_KEYS = ("name", "workload", "space", "fixed", "device", "measure_options", "reference",
+              "launcher", "searcher", "store", "budget", "parallel")
+
+
+def _read_campaign_file(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """A campaign file's mapping, checked for its shape (safe YAML loader, at most 1 MiB)."""
+    import yaml
+
+    try:
+        raw = Path(path).read_bytes()
+    except OSError as err:
+        raise ConfigError(f"cannot read campaign file {path}: {err.strerror or err}",
+                          hint="pass the path of a YAML file (Campaign.to_yaml writes one)") \
+            from None
+    if len(raw) > 1 << 20:
+        raise ConfigError(f"{path}: {len(raw):,} bytes, more than a campaign file's 1 MiB",
+                          hint="a campaign file holds a space and a few options")
+    try:
+        data = yaml.safe_load(raw.decode("utf-8"))
+    except (UnicodeDecodeError, yaml.YAMLError, RecursionError) as err:
+        raise ConfigError(f"{path}: not UTF-8 YAML ({str(err).splitlines()[0][:160]})",
+                          hint="fix the file") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: a campaign file is a mapping, got {type(data).__name__}",
+                          hint="keys: " + ", ".join(_FILE_KEYS))
+    unknown = sorted(str(k) for k in set(data) - set(_FILE_KEYS))
+    missing = [k for k in ("name", "workload", "space") if k not in data]
+    if unknown or missing:
+        raise ConfigError(f"{path}: " + (f"unknown key(s) {unknown}" if unknown else
+                                         f"missing key(s) {missing}"),
+                          hint="keys: " + ", ".join(_FILE_KEYS) + " (name, workload, space "
+                               "required)")
+    for key in ("fixed", "measure_options", "reference"):
+        if data.get(key) is not None and not isinstance(data[key], dict):
+            raise ConfigError(f"{path}: {key} must be a mapping, got {data[key]!r:.80}",
+                              hint=f"e.g. {key}: {{}}")
+    return data

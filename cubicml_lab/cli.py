@@ -1,6 +1,8 @@
-"""The ``cubicml-lab`` command: ``demo``, ``report`` and ``export``.
+"""The ``cubicml-lab`` command: ``demo``, ``run``, ``report`` and ``export``.
 
 ``cubicml-lab demo`` runs the demo co-design campaign (see :mod:`cubicml_lab.demo`);
+``cubicml-lab run CAMPAIGN.yaml`` starts or resumes the campaign a campaign file describes
+(``Campaign.to_yaml`` writes one), headless, e.g. in tmux or as a job of its own;
 ``cubicml-lab report CAMPAIGN`` prints a stored campaign's trials and best configuration;
 ``cubicml-lab export CAMPAIGN PATH`` writes its raw trials to CSV or Parquet.
 Errors from the library print as one clear message (and exit code 2), not a traceback.
@@ -29,6 +31,12 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--seed", type=int, default=0)
     demo.add_argument("--launcher", choices=["subprocess", "inprocess"], default="subprocess")
     demo.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    run = sub.add_parser("run", help="start or resume the campaign a YAML campaign file describes")
+    run.add_argument("file", help="campaign file (Campaign.to_yaml writes one)")
+    run.add_argument("--budget", type=int, default=None, help="finished trials (default: the file's)")
+    run.add_argument("--parallel", type=int, default=None, help="trials at once (default: the file's)")
+    run.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+
     report = sub.add_parser("report", help="print a stored campaign's trials and best configuration")
     report.add_argument("campaign")
     report.add_argument("--store", default="data/demo.sqlite")
@@ -81,6 +89,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             run_demo(args.budget, args.store, args.out, campaign=args.campaign, seed=args.seed,
                      launcher=args.launcher, progress=not args.no_progress)
+        elif args.command == "run":
+            from .campaign import Campaign
+
+            camp = Campaign.from_yaml(args.file)
+            camp.run(args.budget, args.parallel, progress=not args.no_progress)
+            print(camp)
         elif args.command == "report":
             _report(args.campaign, args.store)
         elif args.command == "export":

@@ -500,3 +500,78 @@ def test_a_campaign_keeps_a_local_pool_full(gpt_space, tmp_store):
     assert list(df["status"]) == ["ok"] * 4
     assert set(df["hw.cpu_affinity"]) == {str(c) for c in cores}  # one core per trial
     assert "local_pool" in str(tmp_store.campaign_info("pool")["metadata"]["launcher"])
+
+
+# -- campaign files ---------------------------------------------------------------------------
+def test_a_campaign_file_round_trips_and_sets_run_defaults(gpt_space, tmp_path):
+    store = cml.TrialStore(tmp_path / "lab.sqlite")
+    searcher = cml.BayesianSearch(gpt_space, seed=3, n_init=4, memory_limit_gib=2.0)
+    camp = cml.Campaign("file", gpt_space, workload="gpt", store=store, searcher=searcher,
+                        launcher=cml.launch.LocalPool(1, devices=[0], timeout_s=60),
+                        measure_options=FAST, fixed=TINY,
+                        reference=gpt_space.sample(1, seed=0)[0])
+    path = camp.to_yaml(tmp_path / "c.yaml", budget=3, parallel=1)
+    back = cml.Campaign.from_yaml(path)
+    assert back.to_dict() == camp.to_dict(budget=3, parallel=1)
+    assert back.budget == 3 and back.parallel == 1 and back.searcher.n_init == 4
+    assert back.launcher.describe() == camp.launcher.describe()
+    with pytest.raises(ConfigError, match="cost_model"):
+        cml.Campaign("costed", gpt_space, workload="gpt", store=store, searcher=cml.BayesianSearch(
+            gpt_space, cost_model=lambda c: [1.0])).to_yaml(tmp_path / "x.yaml")
+
+
+@pytest.mark.parametrize("edit, match", [
+    (lambda d: d.update(budgett=3), r"unknown key\(s\) \['budgett'\]"),
+    (lambda d: d.pop("space"), r"missing key\(s\) \['space'\]"),
+    (lambda d: d.update(launcher={"kind": "ssh"}), "launcher kind 'ssh'"),
+    (lambda d: d.update(launcher={"kind": "subprocess", "timeout": 5}), r"\['timeout'\]"),
+    (lambda d: d.update(searcher={"kind": "bayesian", "sed": 1}), r"\['sed'\]"),
+    (lambda d: d.update(budget=0), "budget = 0"),
+    (lambda d: d.update(fixed=[1, 2]), "fixed must be a mapping"),
+    (lambda d: d["space"].update(constraints=["__import__('os').getpid() > 0"]), "space"),
+    (lambda d: d.update(workload="bert"), "unknown workload 'bert'"),
+])
+def test_a_bad_campaign_file_is_refused_naming_the_field(gpt_space, tmp_path, edit, match):
+    import yaml
+
+    camp = make("file", gpt_space, cml.TrialStore(tmp_path / "lab.sqlite"))
+    data = camp.to_dict(budget=2)
+    data["launcher"] = {"kind": "inprocess"}
+    edit(data)
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(cml.CubicMLError, match=match):
+        cml.Campaign.from_yaml(path)
+
+
+def test_campaign_files_that_are_not_yaml_mappings_are_refused(tmp_path):
+    (tmp_path / "a.yaml").write_bytes(b"name: \xff\xfe")
+    (tmp_path / "b.yaml").write_text("- just\n- a list\n")
+    with pytest.raises(ConfigError, match="not UTF-8 YAML"):
+        cml.Campaign.from_yaml(tmp_path / "a.yaml")
+    with pytest.raises(ConfigError, match="a mapping, got list"):
+        cml.Campaign.from_yaml(tmp_path / "b.yaml")
+    with pytest.raises(ConfigError, match="cannot read"):
+        cml.Campaign.from_yaml(tmp_path / "missing.yaml")
+
+
+@pytest.mark.slow
+def test_cubicml_lab_run_starts_and_resumes_a_campaign_file(gpt_space, tmp_path):
+    import subprocess
+
+    store_path = tmp_path / "lab.sqlite"
+    camp = make("headless", gpt_space, cml.TrialStore(store_path))
+    camp.to_yaml(tmp_path / "c.yaml", budget=2)
+    cmd = [sys.executable, "-m", "cubicml_lab.cli", "run", str(tmp_path / "c.yaml"),
+           "--no-progress"]
+    first = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    assert [t.status for t in cml.TrialStore(store_path).trials("headless")] == ["ok", "ok"]
+    more = subprocess.run([*cmd, "--budget", "3"], capture_output=True, text=True, timeout=300,
+                          cwd=tmp_path)
+    assert more.returncode == 0 and len(cml.TrialStore(store_path).trials("headless")) == 3
+    (tmp_path / "bad.yaml").write_text("name: x\n")
+    bad = subprocess.run([*cmd[:4], str(tmp_path / "bad.yaml")], capture_output=True, text=True,
+                         timeout=120, cwd=tmp_path)
+    assert bad.returncode == 2 and "missing key(s)" in bad.stderr
+    assert "Traceback" not in bad.stderr
