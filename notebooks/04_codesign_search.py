@@ -192,9 +192,15 @@ explorer.set_config(best_config)
 explorer
 
 # %% [markdown]
-# A campaign that runs elsewhere (another kernel, `cubicml-lab` in a terminal, a cluster job)
-# can be watched from its store: `cml.widgets.CampaignDashboard.from_store(store, name,
-# refresh_s=10)` re-reads it every 10 seconds.
+# ## 8. Let it run for days, headless
+# The same campaign as a file: `cubicml-lab run runs/04_codesign.yaml` starts or resumes it in
+# a terminal (tmux, or a job of its own), while this notebook watches its store with
+# `cml.widgets.CampaignDashboard.from_store(store, name, refresh_s=10)`. The file names the
+# space, workload, launcher, searcher, budget and store; nothing in it is executed.
+
+# %%
+path = campaign.to_yaml(RUNS / "04_codesign.yaml", budget=2 * BUDGET)
+print(path.read_text())
 
 # %% [markdown]
 # ## What we found
