@@ -261,6 +261,47 @@ def _error_text(err: BaseException, tail_lines: int = 12) -> str:
     return f"{type(err).__name__}: {err}\ntraceback (last {tail_lines} lines):\n{tail}"
 
 
+def _build_and_time(workload: Any, config: dict[str, Any], options: Any, device: str,
+                    world: Any, hardware: dict[str, Any]
+                    ) -> tuple[str, dict[str, float], str | None]:
+    """Build the job, time it in steady state, and summarise: ``(status, metrics, error)``.
+
+    ``hardware`` gains the parallel layout and, on CUDA, the telemetry of the timed windows.
+    Exceptions propagate to :func:`run_trial`, which turns them into a result.
+    """
+    from .hardware import GpuTelemetry
+    from .timing import (device_peak_flops, make_timer, peak_memory_gib, reset_peak_memory,
+                         summarize, time_steps)
+
+    peak_flops = device_peak_flops(device, config.get("precision", "fp32"))
+    reset_peak_memory(device)
+    built = workload.build(config, device, world)
+    hardware["parallel"] = dict(built.parallel)
+    last: list[Any] = [None]
+
+    def step() -> None:
+        last[0] = built.step()
+
+    telemetry = GpuTelemetry(device) if device.startswith("cuda") else contextlib.nullcontext()
+    with telemetry:
+        timing = time_steps(step, sync=built.sync, options=options,
+                            timer=make_timer(device, built.sync),
+                            reduce=world.max if world.distributed else None)
+    if isinstance(telemetry, GpuTelemetry):
+        hardware.update(telemetry.summary())
+    loss = world.mean(float(last[0]))
+    if not math.isfinite(loss):
+        return "failed", {}, (f"loss is not finite ({loss}) after {timing.warmup_steps} warm-up "
+                              f"and {timing.steps_timed} timed steps: training diverged (lr = "
+                              f"{config.get('lr')!r}?); the step time of a diverged run is not "
+                              "reported")
+    metrics = summarize(timing, built.units_per_step, built.flops_per_step, peak_flops,
+                        built.n_devices, units=workload.units)
+    metrics.update(peak_mem_gib=world.max(peak_memory_gib(device)), loss=loss,
+                   model_params=float(built.model_params))
+    return "ok", metrics, None
+
+
 def run_trial(spec: dict[str, Any]) -> TrialResult:
     """Run one trial in this process and return its result; never raises for the trial's failure.
 
@@ -277,9 +318,8 @@ def run_trial(spec: dict[str, Any]) -> TrialResult:
         exception (type, message and traceback tail in ``error``). ``config`` is the resolved
         config (as given when it could not be resolved); ``wall_s`` the whole trial's seconds.
     """
-    from .hardware import GpuTelemetry, tune_cpu_allocator
-    from .timing import (MeasureOptions, device_peak_flops, hardware_info, host_record,
-                         make_timer, peak_memory_gib, reset_peak_memory, summarize, time_steps)
+    from .hardware import tune_cpu_allocator
+    from .timing import MeasureOptions, hardware_info, host_record, peak_memory_gib
     from .workloads import get
     from .workloads.parallel import World, close_world, init_world
 
@@ -311,33 +351,8 @@ def run_trial(spec: dict[str, Any]) -> TrialResult:
             torch.set_num_threads(int(config["threads"]))
         hardware = {**hardware_info(device), **world.describe(), "rank": world.rank,
                     "cpu_malloc": tune_cpu_allocator()}
-        peak_flops = device_peak_flops(device, config.get("precision", "fp32"))
-        reset_peak_memory(device)
-        built = workload.build(config, device, world)
-        hardware["parallel"] = dict(built.parallel)
-        last: list[Any] = [None]
-
-        def step() -> None:
-            last[0] = built.step()
-
-        telemetry = GpuTelemetry(device) if device.startswith("cuda") else contextlib.nullcontext()
-        with telemetry:
-            timing = time_steps(step, sync=built.sync, options=options,
-                                timer=make_timer(device, built.sync),
-                                reduce=world.max if world.distributed else None)
-        if isinstance(telemetry, GpuTelemetry):
-            hardware.update(telemetry.summary())
-        loss = world.mean(float(last[0]))
-        if not math.isfinite(loss):
-            error = (f"loss is not finite ({loss}) after {timing.warmup_steps} warm-up and "
-                     f"{timing.steps_timed} timed steps: training diverged (lr = "
-                     f"{config.get('lr')!r}?); the step time of a diverged run is not reported")
-        else:
-            metrics = summarize(timing, built.units_per_step, built.flops_per_step, peak_flops,
-                                built.n_devices, units=workload.units)
-            metrics.update(peak_mem_gib=world.max(peak_memory_gib(device)), loss=loss,
-                           model_params=float(built.model_params))
-            status = "ok"
+        status, metrics, error = _build_and_time(workload, config, options, device, world,
+                                                 hardware)
     except Exception as err:  # noqa: BLE001 - a trial's failure is data, never an exception
         error = _error_text(err)
         if world.distributed:
@@ -350,8 +365,7 @@ def run_trial(spec: dict[str, Any]) -> TrialResult:
                 metrics = {}
         del err
     finally:
-        built = last = None  # free the model and its tensors before reporting
-        gc.collect()
+        gc.collect()  # the model and its tensors went with _build_and_time's frame
         torch_mod = sys.modules.get("torch")
         on_cuda = str(device).startswith("cuda")
         if torch_mod is not None and on_cuda and torch_mod.cuda.is_available():
