@@ -12,8 +12,10 @@ launcher is how the same notebook moves from a laptop to a GPU box or a cluster:
 * :class:`LocalPool`: one machine kept busy, ``floor(devices / devices_per_trial)`` trials at
   once, each pinned to its own cores or GPUs (a ``Subprocess`` or ``Torchrun`` per slot).
 
-A Slurm launcher (a job per trial through submitit) is planned on the same interface: each
-implements :meth:`Launcher.run` and :meth:`Launcher.describe`.
+* :class:`Slurm`: one Slurm job per trial through submitit (imported only when a trial is
+  submitted); Slurm's end states (``OUT_OF_MEMORY``, ``TIMEOUT``, ...) become statuses.
+
+Each implements :meth:`Launcher.run` and :meth:`Launcher.describe`.
 
 Every trial process dies with the process that launched it: the subprocess launchers run each
 trial under a guard (:mod:`~cubicml_lab.launch.guarded`) that ends the trial and removes its
@@ -35,6 +37,7 @@ from ..errors import ConfigError, MeasurementError
 from .base import Launcher
 from .inprocess import InProcess
 from .pool import LocalPool
+from .slurm import Slurm
 from .subprocess import Subprocess
 from .torchrun import Torchrun
 
@@ -43,7 +46,7 @@ if TYPE_CHECKING:
 
     from ..trials import TrialResult
 
-__all__ = ["InProcess", "Launcher", "LocalPool", "Subprocess", "Torchrun", "measure",
+__all__ = ["InProcess", "Launcher", "LocalPool", "Slurm", "Subprocess", "Torchrun", "measure",
            "measure_repeats", "repeat_spread"]
 
 

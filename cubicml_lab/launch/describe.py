@@ -20,13 +20,14 @@ from ..errors import ConfigError
 from .base import Launcher
 from .inprocess import InProcess
 from .pool import LocalPool
+from .slurm import Slurm
 from .subprocess import Subprocess
 from .torchrun import Torchrun
 
 __all__ = ["launcher_from_dict"]
 
 _KINDS: dict[str, type[Launcher]] = {"inprocess": InProcess, "subprocess": Subprocess,
-                                     "torchrun": Torchrun, "local_pool": LocalPool}
+                                     "torchrun": Torchrun, "local_pool": LocalPool, "slurm": Slurm}
 
 
 def launcher_from_dict(data: Mapping[str, Any]) -> Launcher:

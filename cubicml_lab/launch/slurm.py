@@ -1,0 +1,324 @@
+"""Run each trial as its own Slurm job, through submitit.
+
+:class:`Slurm` submits one job per trial with submitit's Slurm executor (no sbatch templating of
+our own): the job calls :func:`cubicml_lab.trials.run_trial` on the spec and returns the
+:class:`~cubicml_lab.trials.TrialResult` *as JSON* (``result.to_json()``), which the launcher
+parses back with ``TrialResult.from_json``; no result object is ever pickled. The launcher waits
+for the job by asking ``sacct`` (Slurm's accounting, which the cluster must run: submitit needs it
+too), reading the job line *and* its steps, since under ``srun`` only step ``.0`` may say
+``OUT_OF_MEMORY``. Slurm's end states become statuses:
+
+* ``COMPLETED``: the trial's own result (``ok``, or ``oom``/``failed`` as the trial found);
+* ``OUT_OF_MEMORY`` (the job or any step; a cgroup memory limit, ``mem_gib``) -> ``oom``;
+* ``TIMEOUT`` (past ``time_limit_min``; Slurm checks limits about every 30 s) -> ``timeout``;
+* ``FAILED``, ``CANCELLED``, ``BOOT_FAIL``, ``DEADLINE`` -> ``failed`` with the logs' tail;
+* ``NODE_FAIL``, ``PREEMPTED`` -> submitted again, up to ``max_requeue`` times, then ``failed``.
+
+The result's ``hardware["slurm"]`` holds the job id, its log paths, its end state, the attempts,
+and the overhead the trial paid to go through Slurm: ``submit_to_start_s`` (from ``sbatch`` to the
+job's Python calling the trial) and ``end_to_result_s`` (from the trial's end to its result back
+here). Unlike the local launchers, a job outlives a caller that is killed (Slurm owns it); the
+caller's :meth:`Slurm.cancel`, or a ``KeyboardInterrupt`` while it waits, cancels it.
+
+submitit is imported only when a trial is submitted: ``pip install -e '.[slurm]'``. Multi-process
+jobs (``nodes * nproc_per_node > 1``, torchrun under srun) are not supported yet.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..errors import ConfigError, DependencyError, LaunchError
+from .base import Launcher, check_spec
+
+if TYPE_CHECKING:
+    from ..trials import TrialResult
+
+__all__ = ["Slurm"]
+
+_RUNNING = {"PENDING", "RUNNING", "REQUEUED", "RESIZING", "SUSPENDED", "COMPLETING",
+            "CONFIGURING", "REQUEUE_HOLD", "REQUEUE_FED", "SIGNALING", "STAGE_OUT", ""}
+_REQUEUE = {"NODE_FAIL", "PREEMPTED"}
+_TAIL_LINES = 40
+_SACCT_PATIENCE_S = 300.0  # a job whose state sacct cannot tell for this long is an error
+
+
+def _submitit() -> Any:
+    try:
+        import submitit
+    except ImportError:
+        raise DependencyError("launch.Slurm submits jobs through submitit, which is not "
+                              "installed", hint="pip install -e '.[slurm]'") from None
+    return submitit
+
+
+def _job_main(spec_json: str) -> str:
+    """What the Slurm job runs: one trial, its result back as JSON with the job's timestamps."""
+    started = time.time()
+    from ..trials import run_trial
+
+    result = run_trial(json.loads(spec_json))
+    stamps = {"job_started_at": started, "trial_ended_at": time.time()}
+    hardware = {**result.hardware, "slurm": stamps}
+    return dataclasses.replace(result, hardware=hardware).to_json()
+
+
+def _int(name: str, value: Any, low: int, *, none_ok: bool = False) -> Any:
+    if value is None and none_ok:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ConfigError(f"Slurm {name} = {value!r} must be an integer >= {low}",
+                          hint=f"e.g. Slurm({name}={max(low, 1)})")
+    return value
+
+
+def _str_or_none(name: str, value: Any) -> str | None:
+    if value is not None and not (isinstance(value, str) and value):
+        raise ConfigError(f"Slurm {name} = {value!r} must be a non-empty string or None",
+                          hint=f"e.g. Slurm({name}='gpu') or leave it out")
+    return value
+
+
+class Slurm(Launcher):
+    """Run each trial as one Slurm job (submitit), and map Slurm's end state to its status.
+
+    Args:
+        partition, account, qos: ``sbatch --partition/--account/--qos``; ``None``: the
+            cluster's default.
+        time_limit_min: The job's time limit in minutes; past it the trial is ``timeout``.
+        nodes: Nodes per job (1 for now).
+        gpus_per_node: GPUs per node (``--gpus-per-node``); 0 for none.
+        cpus_per_node: CPUs per node, split over its tasks (``--cpus-per-task``); ``None``: the
+            cluster's default.
+        mem_gib: Memory per node in GiB (``--mem``); past it the trial is ``oom``. ``None``:
+            the cluster's default.
+        nproc_per_node: Trial processes per node (1 for now).
+        extra_sbatch: Further sbatch options, e.g. ``{"constraint": "a100"}``.
+        setup: Shell lines run before the trial, e.g. ``["module load cuda"]``.
+        folder: Where submitit writes job scripts, logs and results (one folder per job id).
+        max_requeue: Times a trial is submitted again after ``NODE_FAIL`` or ``PREEMPTED``.
+        poll_s: Seconds between two ``sacct`` queries while a job runs.
+
+    Example:
+        >>> Slurm(partition="gpu", time_limit_min=30, mem_gib=16).describe()["partition"]
+        'gpu'
+    """
+
+    def __init__(self, partition: str | None = None, account: str | None = None,
+                 qos: str | None = None, time_limit_min: int = 60, nodes: int = 1,
+                 gpus_per_node: int = 0, cpus_per_node: int | None = None,
+                 mem_gib: float | None = None, nproc_per_node: int = 1,
+                 extra_sbatch: dict[str, Any] | None = None, setup: list[str] | None = None,
+                 folder: str | Path = "runs/slurm", max_requeue: int = 2,
+                 poll_s: float = 1.0) -> None:
+        self.partition = _str_or_none("partition", partition)
+        self.account = _str_or_none("account", account)
+        self.qos = _str_or_none("qos", qos)
+        self.time_limit_min = _int("time_limit_min", time_limit_min, 1)
+        self.nodes = _int("nodes", nodes, 1)
+        self.gpus_per_node = _int("gpus_per_node", gpus_per_node, 0)
+        self.cpus_per_node = _int("cpus_per_node", cpus_per_node, 1, none_ok=True)
+        self.nproc_per_node = _int("nproc_per_node", nproc_per_node, 1)
+        self.max_requeue = _int("max_requeue", max_requeue, 0)
+        if self.nodes * self.nproc_per_node > 1:
+            raise ConfigError(
+                f"Slurm with nodes * nproc_per_node = {nodes} * {nproc_per_node} > 1 is not "
+                "supported yet", hint="use nodes=1, nproc_per_node=1 (one process per trial)")
+        if mem_gib is not None and (isinstance(mem_gib, bool) or not isinstance(
+                mem_gib, (int, float)) or not mem_gib > 0):
+            raise ConfigError(f"Slurm mem_gib = {mem_gib!r} must be a number > 0 or None",
+                              hint="e.g. Slurm(mem_gib=16)")
+        self.mem_gib = mem_gib
+        if extra_sbatch is not None and not (isinstance(extra_sbatch, dict) and all(
+                isinstance(k, str) for k in extra_sbatch)):
+            raise ConfigError(f"Slurm extra_sbatch = {extra_sbatch!r:.80} must be a dict of "
+                              "sbatch options", hint='e.g. {"constraint": "a100"}')
+        self.extra_sbatch = dict(extra_sbatch or {})
+        if setup is not None and not (isinstance(setup, list) and all(
+                isinstance(s, str) for s in setup)):
+            raise ConfigError(f"Slurm setup = {setup!r:.80} must be a list of shell lines",
+                              hint='e.g. ["module load cuda", "conda activate lab"]')
+        self.setup = list(setup or [])
+        if isinstance(poll_s, bool) or not isinstance(poll_s, (int, float)) or poll_s <= 0:
+            raise ConfigError(f"Slurm poll_s = {poll_s!r} must be a number > 0",
+                              hint="e.g. poll_s=1")
+        self.poll_s = float(poll_s)
+        self.folder = Path(folder)
+        self._lock = threading.Lock()
+        self._jobs: dict[str, Any] = {}
+
+    @property
+    def world_size(self) -> int:
+        """Processes in each job: ``nodes * nproc_per_node``."""
+        return self.nodes * self.nproc_per_node
+
+    def describe(self) -> dict[str, Any]:
+        """The launcher kind and its options as plain JSON."""
+        return {"kind": "slurm", "partition": self.partition, "account": self.account,
+                "qos": self.qos, "time_limit_min": self.time_limit_min, "nodes": self.nodes,
+                "gpus_per_node": self.gpus_per_node, "cpus_per_node": self.cpus_per_node,
+                "mem_gib": self.mem_gib, "nproc_per_node": self.nproc_per_node,
+                "extra_sbatch": dict(self.extra_sbatch), "setup": list(self.setup),
+                "folder": str(self.folder), "max_requeue": self.max_requeue,
+                "poll_s": self.poll_s}
+
+    def sbatch_parameters(self) -> dict[str, Any]:
+        """The parameters given to submitit's ``SlurmExecutor.update_parameters``."""
+        params: dict[str, Any] = {"job_name": "cubicml-trial", "time": self.time_limit_min,
+                                  "nodes": self.nodes, "ntasks_per_node": self.nproc_per_node,
+                                  "signal_delay_s": 0}  # past the limit: TIMEOUT, not FAILED
+        for key in ("partition", "account", "qos"):
+            if getattr(self, key) is not None:
+                params[key] = getattr(self, key)
+        if self.gpus_per_node:
+            params["gpus_per_node"] = self.gpus_per_node
+        if self.cpus_per_node:
+            params["cpus_per_task"] = max(1, self.cpus_per_node // self.nproc_per_node)
+        if self.mem_gib is not None:
+            params["mem"] = f"{max(1, round(self.mem_gib * 1024))}M"
+        if self.setup:
+            params["setup"] = list(self.setup)
+        if self.extra_sbatch:
+            params["additional_parameters"] = dict(self.extra_sbatch)
+        return params
+
+    def cancel(self) -> None:
+        """Cancel the jobs of the trials this launcher is running (``scancel``)."""
+        with self._lock:
+            jobs = list(self._jobs.values())
+        for job in jobs:
+            job.cancel(check=False)
+
+    def run(self, spec: dict[str, Any], *,
+            on_start: Callable[[dict[str, Any]], None] | None = None) -> TrialResult:
+        """Submit the trial as a job, wait for it, and return its result.
+
+        Args:
+            spec: The trial spec (see :mod:`cubicml_lab.launch.base`).
+            on_start: Called once the job is submitted, with this process's record
+                (:func:`~cubicml_lab.launch.process.trial_record`) and ``slurm_job_id``; if it
+                raises, the job is cancelled and the exception propagates.
+
+        Raises:
+            ConfigError: The spec is invalid.
+            DependencyError: submitit is not installed.
+            LaunchError: ``sbatch`` refused the job (the message says why).
+        """
+        spec = check_spec(spec)
+        submitit = _submitit()
+        executor = submitit.SlurmExecutor(folder=self.folder / "%j", max_num_timeout=0)
+        executor.update_parameters(**self.sbatch_parameters())
+        submitted_at = time.time()
+        for attempt in range(self.max_requeue + 1):
+            job = self._submit(executor, spec)
+            try:
+                if on_start is not None and attempt == 0:
+                    from .process import trial_record
+
+                    on_start({**trial_record(), "slurm_job_id": str(job.job_id)})
+                states = self._wait(job)
+            except BaseException:
+                job.cancel(check=False)
+                raise
+            finally:
+                with self._lock:
+                    self._jobs.pop(str(job.job_id), None)
+            if states[str(job.job_id)] not in _REQUEUE:
+                break
+        return self._result(spec, job, states, attempt, submitted_at)
+
+    def _submit(self, executor: Any, spec: dict[str, Any]) -> Any:
+        try:
+            job = executor.submit(_job_main, json.dumps(spec))
+        except (OSError, subprocess.SubprocessError) as err:  # sbatch missing or refused
+            raise LaunchError(f"sbatch could not submit the trial: {err}",
+                              hint="check the partition, account, qos and limits with sinfo; "
+                                   "SLURM_CONF must name the cluster's config") from None
+        with self._lock:
+            self._jobs[str(job.job_id)] = job
+        return job
+
+    def _wait(self, job: Any) -> dict[str, str]:
+        """Poll ``sacct`` until the job has ended; its lines' states, by job or step id."""
+        job_id = str(job.job_id)
+        last_answer = time.monotonic()
+        while True:
+            states = _sacct_states(job_id)
+            if states is None:
+                if time.monotonic() - last_answer > _SACCT_PATIENCE_S:
+                    raise LaunchError(
+                        f"sacct gave no state of Slurm job {job_id} for {_SACCT_PATIENCE_S:.0f} "
+                        "s", hint="the cluster needs accounting (slurmdbd); check `sacct -j "
+                        f"{job_id}` and that SLURM_CONF names the cluster's config")
+            elif states.get(job_id, "") not in _RUNNING:
+                return states
+            else:
+                last_answer = time.monotonic()
+            time.sleep(self.poll_s)
+
+    def _result(self, spec: dict[str, Any], job: Any, states: dict[str, str], attempt: int,
+                submitted_at: float) -> TrialResult:
+        from ..trials import TrialResult, failure_result
+
+        job_id = str(job.job_id)
+        state = states[job_id]
+        record: dict[str, Any] = {"job_id": job_id, "state": state, "steps": states, "attempts": attempt + 1,
+                  "stdout": str(job.paths.stdout), "stderr": str(job.paths.stderr)}
+        wall_s = time.time() - submitted_at
+        if "OUT_OF_MEMORY" in states.values():
+            return failure_result(spec, "oom", f"Slurm job {job_id} ran out of memory "
+                                  f"(mem_gib = {self.mem_gib}):\n{_tail(job)}", wall_s=wall_s,
+                                  hardware={"device": spec.get("device") or "cpu", "slurm": record})
+        if state == "TIMEOUT":
+            return failure_result(spec, "timeout", f"Slurm job {job_id} passed its time limit "
+                                  f"of {self.time_limit_min} min:\n{_tail(job)}",
+                                  wall_s=wall_s, hardware={"device": spec.get("device") or "cpu", "slurm": record})
+        if state != "COMPLETED":
+            return failure_result(spec, "failed", f"Slurm job {job_id} ended {state}:\n"
+                                  f"{_tail(job)}", wall_s=wall_s, hardware={"device": spec.get("device") or "cpu", "slurm": record})
+        try:
+            result = TrialResult.from_json(job.result())
+        except Exception as err:  # noqa: BLE001 - a job without a result is a failed trial
+            return failure_result(spec, "failed", f"Slurm job {job_id} completed without a "
+                                  f"result: {err}\n{_tail(job)}", wall_s=wall_s,
+                                  hardware={"device": spec.get("device") or "cpu", "slurm": record})
+        stamps = dict(result.hardware.get("slurm") or {})
+        if stamps:
+            record["submit_to_start_s"] = stamps["job_started_at"] - submitted_at
+            record["end_to_result_s"] = time.time() - stamps["trial_ended_at"]
+        return dataclasses.replace(result, hardware={**result.hardware,
+                                                     "slurm": {**stamps, **record}})
+
+
+def _sacct_states(job_id: str) -> dict[str, str] | None:
+    """``{"123": "RUNNING", "123.batch": ..., "123.0": ...}`` from sacct; None if it fails."""
+    try:
+        out = subprocess.run(["sacct", "-j", job_id, "-n", "-P", "-o", "JobID,State"],
+                             capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if out.returncode != 0:
+        return None
+    states = {}
+    for line in out.stdout.splitlines():
+        jid, _, state = line.partition("|")
+        states[jid.strip()] = (state.split() or [""])[0]  # "CANCELLED by 0" -> "CANCELLED"
+    return states
+
+
+def _tail(job: Any) -> str:
+    """The last lines of the job's stderr, then of its stdout."""
+    parts = []
+    for name in ("stderr", "stdout"):
+        path = Path(getattr(job.paths, name))
+        if path.exists():
+            lines = path.read_text(errors="replace").splitlines()[-_TAIL_LINES:]
+            parts.append(f"--- {name} ({path}) ---\n" + "\n".join(lines))
+    return "\n".join(parts) or "(no logs)"

@@ -1,0 +1,213 @@
+"""launch.Slurm against a real one-node Slurm cluster (tests/slurm_cluster.py), through submitit.
+
+Exercised for real: a tiny gpt trial that ends ``ok`` (with the overhead of going through Slurm
+printed), one past its 1-minute time limit (``TIMEOUT`` -> ``timeout``; Slurm checks limits
+about every 30 s, so it ends after 60-90 s and runs in the background while the others run), one
+over its cgroup memory limit (``OUT_OF_MEMORY`` -> ``oom``) and one cancelled (``failed``).
+Needs root and ``apt-get install slurm-wlm slurmdbd munge mariadb-server``; skipped otherwise.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+from slurm_cluster import PACKAGES, SlurmCluster, missing_binaries, start_cluster
+from test_launch import FAST, TINY
+
+from cubicml_lab.launch import Slurm
+from cubicml_lab.launch.describe import launcher_from_dict
+from cubicml_lab.trials import TrialResult
+
+pytestmark = [pytest.mark.slurm, pytest.mark.timeout(300)]
+
+TINY_SPEC = {"workload": "gpt", "config": TINY, "device": "cpu", "measure": FAST}
+LONG = {"max_time_s": 600, "min_steps": 10**6, "max_steps": 10**6, "warmup_max_s": 0.5}
+LONG_SPEC = {"workload": "gpt", "config": TINY, "device": "cpu", "measure": LONG}
+BIG = {"d_model": 1024, "n_layers": 4, "n_heads": 8, "seq_len": 256, "vocab": 32768,
+       "micro_batch": 16}  # well over 1 GiB of weights, gradients, Adam state and activations
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
+    missing = missing_binaries()
+    if missing:
+        pytest.skip(f"Slurm is not installed (no {', '.join(missing)}): "
+                    f"apt-get install {PACKAGES}")
+    if os.geteuid() != 0:
+        pytest.skip("the test cluster runs its daemons as root (SlurmUser=root)")
+    c = start_cluster()
+    print(f"\nSlurm cluster up in {c.startup_s:.1f} s")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("SLURM_CONF", str(c.conf))  # for sbatch/sacct run by submitit and the launcher
+        try:
+            yield c
+        finally:
+            c.stop()
+
+
+@pytest.fixture(scope="module")
+def jobs_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("slurm-jobs")
+
+
+@pytest.fixture(scope="module")
+def timed_out(cluster: SlurmCluster, jobs_folder: Path) -> Iterator[Future[TrialResult]]:
+    """A trial past its 1-minute limit, started first and left running while others run."""
+    with ThreadPoolExecutor(1) as pool:
+        launcher = Slurm(time_limit_min=1, folder=jobs_folder, mem_gib=1)
+        started = time.monotonic()
+        future = pool.submit(launcher.run, LONG_SPEC)
+        future.started = started  # type: ignore[attr-defined]
+        yield future
+        launcher.cancel()
+
+
+def _wait_running(job_ids: list[str], cluster: SlurmCluster, timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if job_ids:
+            out = cluster.command("squeue", "-h", "-j", job_ids[0], "-o", "%T").stdout.strip()
+            if out == "RUNNING":
+                return
+        time.sleep(0.5)
+    raise AssertionError(f"job {job_ids} did not start in {timeout_s} s")
+
+
+def test_trial_through_slurm_ends_ok_with_metrics(cluster: SlurmCluster, jobs_folder: Path,
+                                                   timed_out: Future[TrialResult]) -> None:
+    records: list[dict[str, Any]] = []
+    t0 = time.monotonic()
+    res = Slurm(time_limit_min=5, folder=jobs_folder, mem_gib=2).run(TINY_SPEC,
+                                                                       on_start=records.append)
+    took = time.monotonic() - t0
+    assert res.status == "ok", res.error
+    assert res.metrics["tokens_per_s"] > 0 and res.metrics["step_time_s"] > 0
+    assert {k: res.config[k] for k in TINY} == TINY
+    slurm = res.hardware["slurm"]
+    assert slurm["job_id"] == records[0]["slurm_job_id"] and slurm["state"] == "COMPLETED"
+    assert Path(slurm["stdout"]).exists() and Path(slurm["stderr"]).exists()
+    assert TrialResult.from_json(res.to_json()).hardware["slurm"]["job_id"] == slurm["job_id"]
+    print(f"\nSlurm trial ok in {took:.1f} s: submit to start {slurm['submit_to_start_s']:.2f} s, "
+          f"end to result {slurm['end_to_result_s']:.2f} s, trial {res.wall_s:.2f} s")
+    assert slurm["submit_to_start_s"] > 0 and slurm["end_to_result_s"] > 0
+
+
+def test_trial_over_its_memory_limit_ends_oom(cluster: SlurmCluster, jobs_folder: Path) -> None:
+    spec = {"workload": "gpt", "config": BIG, "device": "cpu", "measure": FAST}
+    res = Slurm(time_limit_min=5, folder=jobs_folder, mem_gib=0.5).run(spec)
+    steps = res.hardware["slurm"]["steps"]
+    assert res.status == "oom", (res.error, steps)
+    assert "OUT_OF_MEMORY" in steps.values() and res.metrics == {}
+    print(f"\nOOM job states: {steps}")
+
+
+def test_cancelled_trial_ends_failed(cluster: SlurmCluster, jobs_folder: Path) -> None:
+    launcher = Slurm(time_limit_min=5, folder=jobs_folder, mem_gib=1)
+    job_ids: list[str] = []
+    with ThreadPoolExecutor(1) as pool:
+        future = pool.submit(launcher.run, LONG_SPEC,
+                             on_start=lambda rec: job_ids.append(rec["slurm_job_id"]))
+        _wait_running(job_ids, cluster)
+        threading.Timer(0, launcher.cancel).start()
+        res = future.result(timeout=60)
+    assert res.status == "failed" and "CANCELLED" in res.error
+    assert res.hardware["slurm"]["job_id"] == job_ids[0]
+
+
+def test_trial_past_its_time_limit_ends_timeout(timed_out: Future[TrialResult]) -> None:
+    res = timed_out.result(timeout=150)
+    took = time.monotonic() - timed_out.started  # type: ignore[attr-defined]
+    assert res.status == "timeout", res.error
+    assert res.hardware["slurm"]["state"] == "TIMEOUT" and "time limit" in res.error
+    print(f"\n1-minute limit: timeout after {took:.0f} s")
+    assert 55 < took < 150
+
+
+def _running_job(cluster: SlurmCluster, seen: list[str], timeout_s: float = 60) -> str:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        out = cluster.command("squeue", "-h", "-t", "RUNNING", "-o", "%i").stdout.split()
+        fresh = [j for j in out if j not in seen]
+        if fresh:
+            return fresh[0]
+        time.sleep(0.5)
+    raise AssertionError(f"no new running job in {timeout_s} s (seen {seen})")
+
+
+def _fail_node(cluster: SlurmCluster) -> None:
+    """Mark the node down (its jobs end NODE_FAIL) and wait until it takes jobs again."""
+    cluster.command("scontrol", "update", "nodename=localhost", "state=down",
+                    "reason=cubicml test")
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        state = cluster.command("sinfo", "-h", "-N", "-o", "%T").stdout.strip()
+        if state in ("idle", "mixed", "allocated"):
+            return
+        if time.monotonic() > deadline - 15:
+            cluster.command("scontrol", "update", "nodename=localhost", "state=resume")
+        time.sleep(0.5)
+    raise AssertionError(f"node still {state} after a failure")
+
+
+def test_node_failure_is_submitted_again_up_to_the_limit(
+        cluster: SlurmCluster, jobs_folder: Path, timed_out: Future[TrialResult]) -> None:
+    timed_out.result(timeout=150)  # a node failure ends every job on the node: let it end first
+    launcher = Slurm(time_limit_min=5, folder=jobs_folder, mem_gib=1, max_requeue=1)
+    seen = cluster.command("squeue", "-h", "-o", "%i").stdout.split()  # jobs not ours
+    others = len(seen)
+    with ThreadPoolExecutor(1) as pool:
+        future = pool.submit(launcher.run, LONG_SPEC)
+        try:
+            for _ in range(2):  # the first failure is submitted again, the second is final
+                seen.append(_running_job(cluster, seen))
+                _fail_node(cluster)
+            res = future.result(timeout=60)
+        finally:
+            launcher.cancel()
+    slurm = res.hardware["slurm"]
+    assert res.status == "failed" and slurm["state"] == "NODE_FAIL", res.error
+    assert slurm["attempts"] == 2 and slurm["job_id"] == seen[others + 1]
+
+
+def test_describe_round_trips_and_bad_options_fail() -> None:
+    launcher = Slurm(partition="gpu", account="lab", qos="high", time_limit_min=30,
+                     gpus_per_node=8, cpus_per_node=32, mem_gib=64,
+                     extra_sbatch={"constraint": "a100"}, setup=["module load cuda"])
+    assert launcher_from_dict(launcher.describe()).describe() == launcher.describe()
+    params = launcher.sbatch_parameters()
+    assert params["mem"] == "65536M" and params["gpus_per_node"] == 8
+    assert params["additional_parameters"] == {"constraint": "a100"}
+    from cubicml_lab.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="time_limit_min"):
+        Slurm(time_limit_min=0)
+    with pytest.raises(ConfigError, match="setup"):
+        Slurm(setup="module load cuda")  # type: ignore[arg-type]
+
+
+def test_missing_submitit_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    from cubicml_lab.errors import DependencyError
+
+    monkeypatch.setitem(sys.modules, "submitit", None)  # what an absent package looks like
+    with pytest.raises(DependencyError, match="submitit") as info:
+        Slurm().run(TINY_SPEC)
+    assert "pip install -e '.[slurm]'" in str(info.value.hint)
+
+
+def test_importing_the_package_does_not_import_submitit() -> None:
+    import subprocess
+    import sys
+
+    code = "import sys, cubicml_lab.launch; print('submitit' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, timeout=120)
+    assert out.stdout.strip() == "False"
