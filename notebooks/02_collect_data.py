@@ -127,13 +127,15 @@ table[["trial_id", "status", *space.names, "tokens_per_s", "step_time_rel_ci",
 # cml.launch.Torchrun(8, nnodes=2, node_rank=0, master_addr="node0")   # two nodes, by hand
 # cml.launch.LocalPool(1, device="cuda")                  # 8 GPUs: 8 trials at once, a GPU each
 # cml.launch.LocalPool(1)                                 # this CPU: a trial per core, pinned
+# cml.launch.Slurm(partition="gpu", gpus_per_node=1, time_limit_min=30)  # a Slurm job per trial
 # ```
 #
 # With a `LocalPool`, `campaign.run(budget, parallel=pool.slots)` keeps every slot busy, and
 # two trials never share a core or a GPU.
 #
-# A scheduler launcher (Slurm, through submitit) plugs into the same interface. The next cell
-# runs a trial on the GPU when this kernel has one, and says so when it does not.
+# `Slurm` submits each trial as a job through submitit and turns Slurm's end states into trial
+# statuses (see the README's "On a GPU box or a cluster"). The next cell runs a trial on the GPU
+# when this kernel has one, and says so when it does not.
 
 # %%
 if DEVICE == "cuda":
