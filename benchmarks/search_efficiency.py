@@ -173,7 +173,7 @@ def summarise(table: str, runs, budget: int) -> None:
 
 
 def targets(summary) -> None:
-    """Issue 5's targets: BO's median regret at 25 and 50 below random's and TPE's, and BO
+    """The search targets: BO's median regret at 25 and 50 below random's and TPE's, and BO
     within 1 % in at most half random search's median trials."""
     for name in ("bo", "bo-cost"):
         if name not in summary.index:

@@ -571,13 +571,8 @@ class Space:
             SpaceError: If the file cannot be read, is larger than MAX_FILE_BYTES, is not UTF-8
                 or JSON, or does not describe a space (see :meth:`from_dict`).
         """
-        text = _read_text(path)
-        try:
-            data = json.loads(text)
-        except (ValueError, RecursionError) as err:  # JSONDecodeError, a 5,000-digit number
-            raise SpaceError(f"{path}: not valid JSON ({_parse_error(err)})",
-                             hint="fix the file") from None
-        return cls._from_file_data(path, data)
+        # ValueError: JSONDecodeError, a 5,000-digit number
+        return cls._from_file(path, json.loads, "JSON", (ValueError, RecursionError))
 
     def to_yaml(self, path: str | os.PathLike[str]) -> None:
         """Write the space as YAML."""
@@ -596,11 +591,18 @@ class Space:
         """
         import yaml
 
+        return cls._from_file(path, yaml.safe_load, "YAML",
+                              (yaml.YAMLError, ValueError, RecursionError))
+
+    @classmethod
+    def _from_file(cls, path: str | os.PathLike[str], parse: Any, what: str,
+                   errors: tuple[type[BaseException], ...]) -> Space:
+        """Read ``path`` (checked), ``parse`` its text, refuse a parse error, build the space."""
         text = _read_text(path)
         try:
-            data = yaml.safe_load(text)
-        except (yaml.YAMLError, ValueError, RecursionError) as err:
-            raise SpaceError(f"{path}: not valid YAML ({_parse_error(err)})",
+            data = parse(text)
+        except errors as err:
+            raise SpaceError(f"{path}: not valid {what} ({_parse_error(err)})",
                              hint="fix the file") from None
         return cls._from_file_data(path, data)
 
