@@ -1,28 +1,51 @@
-"""How repeatable is a measurement? Each configuration measured several times in fresh processes.
+"""How repeatable is a measurement, and what happens when the machine gets busy?
 
 For each workload, a handful of configurations are measured ``--repeats`` times, each in a fresh
 interpreter (``cml.launch.Subprocess``), interleaved so that slow drifts of the machine hit every
-configuration alike. It prints, per configuration: the median step time, the relative spread of the
-median across repeats ((max - min) / median), the mean seconds spent per measurement (process start
-included) and how often the adaptive stop met its CI target. The targets (issue 3): spread at most
-3% on CPU for steps of at least 50 ms, at most 30 s per measurement.
+configuration alike. Every trial times its own drift reference (``metrics["reference_speed"]``,
+a fixed small MLP step between its windows) and runs under the contention guard. The stored
+``throughput`` is the drift-corrected figure (``throughput_raw`` times (the machine's nominal
+reference speed over the trial's) ** ``DRIFT_EXPONENT``): it spread less than the raw one here.
 
-Run:
-    .venv/bin/python benchmarks/measure_repeatability.py                 # gpt and dlrm
-    .venv/bin/python benchmarks/measure_repeatability.py --repeats 3 --workloads gpt
+It prints, per configuration: the median step time; the spread across repeats ((max - min) /
+median) of the raw throughput (``throughput_raw``), of the fully corrected one
+(``throughput_rel``, raw over the reference speed), of the stored default (``throughput``) and
+of the reference itself; the mean seconds
+per measurement (process start included); and how many trials the guard flagged. Then the mean
+pairwise Kendall tau of the configurations' order between repeats, for each figure. Targets:
+spread at most 3% for steps of at least 20 ms, at most 30 s per measurement.
 
-Results depend on the machine and on what else it runs: run it on an otherwise idle machine.
+``--load`` starts a competing CPU-bound load (one busy process per core) in the middle of the
+run, two seconds into a measurement, and keeps it until the end. The measurements that finished
+before it are the idle values; for the others it prints how many were flagged
+(``metrics["contended"]``) and how far the unflagged ones are from their idle values (target:
+none more than 10% off).
+
+Run (after ``cat /proc/loadavg``: the machine should be otherwise idle):
+    .venv/bin/python benchmarks/measure_repeatability.py                  # gpt and dlrm, ~8 min
+    .venv/bin/python benchmarks/measure_repeatability.py --load           # ~12 min
+    .venv/bin/python benchmarks/measure_repeatability.py --quick          # 3 configs x 3, ~2 min
+    .venv/bin/python benchmarks/measure_repeatability.py --env OMP_WAIT_POLICY=ACTIVE  # compare
+    .venv/bin/python benchmarks/measure_repeatability.py --compare-wait --repeats 2  # ~5 min
+
+``--compare-wait`` measures each workload's first configuration under several OpenMP wait
+settings, idle and beside one busy process per core (guard off), to see what each costs idle
+and how gracefully each degrades.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
+import json
+import math
+import os
 import statistics
+import subprocess
 import sys
+import threading
 import time
 from typing import Any
-
-from tqdm.auto import tqdm
 
 import cubicml_lab as cml
 
@@ -44,15 +67,205 @@ CONFIGS = {
 }
 
 
-#: The machine's own drift is measured with this fixed configuration, in the benchmark's process,
-#: right before every measurement: if it moves as much as the measurements do, the machine (other
-#: tenants of a shared host, clocks) and not the harness is what varies.
-REFERENCE = ("gpt", {"micro_batch": 8, "threads": 1})
-
-
 def rel_spread(values: list[float]) -> float:
-    """(max - min) / median; 0 for fewer than two values."""
-    return (max(values) - min(values)) / statistics.median(values) if len(values) > 1 else 0.0
+    """(max - min) / median; NaN for fewer than two values."""
+    values = [v for v in values if math.isfinite(v)]
+    return (max(values) - min(values)) / statistics.median(values) if len(values) > 1 else math.nan
+
+
+def median(values: list[float]) -> float:
+    """The median, NaN for none."""
+    return statistics.median(values) if values else math.nan
+
+
+def kendall_tau(a: list[float], b: list[float]) -> float:
+    """Kendall's tau-a of two equally long lists, over the entries finite in both."""
+    keep = [i for i in range(len(a)) if math.isfinite(a[i]) and math.isfinite(b[i])]
+    pairs = list(itertools.combinations(keep, 2))
+    s = sum((a[i] - a[j]) * (b[i] - b[j]) > 0 for i, j in pairs)
+    d = sum((a[i] - a[j]) * (b[i] - b[j]) < 0 for i, j in pairs)
+    return (s - d) / len(pairs) if pairs else math.nan
+
+
+def mean_tau(by_repeat: list[list[float]]) -> float:
+    """Mean Kendall tau over every pair of repeats (each a list of one figure per config)."""
+    taus = [kendall_tau(x, y) for x, y in itertools.combinations(by_repeat, 2)]
+    taus = [t for t in taus if math.isfinite(t)]
+    return statistics.mean(taus) if taus else math.nan
+
+
+class Load:
+    """One busy Python process per core, started on demand and killed by :meth:`stop`."""
+
+    def __init__(self, n: int) -> None:
+        self.n, self.procs, self.started_at = n, [], math.inf
+
+    def start(self) -> None:
+        self.procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
+                      for _ in range(self.n)]
+        self.started_at = time.time()
+
+    def stop(self) -> None:
+        for p in self.procs:
+            p.kill()
+            p.wait()
+
+
+def measure_all(names: list[str], configs: dict[str, list[dict[str, Any]]], args: Any,
+                load: Load | None) -> list[dict[str, Any]]:
+    """Every (workload, config, repeat), interleaved; the load starts half-way through."""
+    env = dict(kv.split("=", 1) for kv in args.env)
+    launcher = cml.launch.Subprocess(timeout_s=300, env=env)
+    jobs = [(r, n, i) for r in range(args.repeats) for n in names for i in range(len(configs[n]))]
+    rows, timer = [], None
+    for j, (r, name, i) in enumerate(jobs):
+        if load is not None and j == len(jobs) // 2:
+            timer = threading.Timer(2.0, load.start)  # mid-measurement
+            timer.start()
+        t0, started = time.perf_counter(), time.time()
+        res = cml.measure(name, configs[name][i], launcher=launcher,
+                          measure_options={"max_time_s": args.max_time_s})
+        m = res.metrics
+        rows.append({"workload": name, "config": i, "repeat": r, "status": res.status,
+                     "secs": time.perf_counter() - t0, "started": started, "ended": time.time(),
+                     **{k: m.get(k, math.nan) for k in (
+                         "step_time_s", "throughput", "throughput_raw", "throughput_rel",
+                         "reference_speed", "drift_corrected",
+                         "contended", "contended_windows", "cpu_wait", "others_cpu",
+                         "throughput_log_var")}})
+        print(f"  {name} config {i} repeat {r}: {res.status} "
+              f"{1e3 * m.get('step_time_s', math.nan):.1f} ms, contended "
+              f"{m.get('contended', math.nan):.0f} ({m.get('contended_windows', math.nan):.0f} "
+              f"windows), {rows[-1]['secs']:.1f} s; load {os.getloadavg()[0]:.2f}",
+              file=sys.stderr, flush=True)
+    if timer is not None:
+        timer.join()
+    return rows
+
+
+def report_idle(names: list[str], configs: dict[str, list[dict[str, Any]]],
+                rows: list[dict[str, Any]]) -> None:
+    """Per config and in sum: spreads raw / corrected / reference, seconds, flags, taus."""
+    print(f"{'workload':<6} {'config':<58} {'step':>8} {'raw':>6} {'full':>6} {'dflt':>6} "
+          f"{'ref':>6} {'s/meas':>6} {'flag':>4}  default throughput of each repeat")
+    long_raw, long_rel, long_def, n_long = 0, 0, 0, 0
+    spreads_raw, spreads_rel, spreads_def = [], [], []
+    for name in names:
+        for i, cfg in enumerate(configs[name]):
+            rs = [x for x in rows if x["workload"] == name and x["config"] == i]
+            ok = [x for x in rs if x["status"] == "ok" and not x["contended"]]
+            if not ok:
+                print(f"{name:<6} {json.dumps(cfg):<58} no clean result ({rs[0]['status']})")
+                continue
+            step = statistics.median(x["step_time_s"] for x in ok)
+            raw = rel_spread([x["throughput_raw"] for x in ok])
+            rel = rel_spread([x["throughput_rel"] for x in ok])
+            dflt = rel_spread([x["throughput"] for x in ok])
+            ref = rel_spread([x["reference_speed"] for x in ok])
+            spreads_raw.append(raw)
+            spreads_rel.append(rel)
+            spreads_def.append(dflt)
+            if step >= 0.02:
+                n_long += 1
+                long_raw += raw <= 0.03
+                long_rel += rel <= 0.03
+                long_def += dflt <= 0.03
+            flagged = sum(x["contended"] == 1 for x in rs)
+            print(f"{name:<6} {json.dumps(cfg):<58} {1e3 * step:>6.1f}ms {100 * raw:>5.1f}% "
+                  f"{100 * rel:>5.1f}% {100 * dflt:>5.1f}% {100 * ref:>5.1f}% "
+                  f"{statistics.mean(x['secs'] for x in rs):>6.1f} {flagged:>4}  "
+                  f"{' '.join(format(x['throughput'], '.0f') for x in ok)}")
+    secs = [x["secs"] for x in rows]
+    print(f"idle summary: configs with steps >= 20 ms within 3% across repeats: raw "
+          f"{long_raw}/{n_long}, fully corrected {long_rel}/{n_long}, default {long_def}/{n_long}"
+          f"; median spread raw {100 * median(spreads_raw):.1f}%, fully corrected "
+          f"{100 * median(spreads_rel):.1f}%, default {100 * median(spreads_def):.1f}%; "
+          f"{statistics.mean(secs):.1f} s per "
+          f"measurement (max {max(secs):.1f}); flagged {sum(x['contended'] == 1 for x in rows)}"
+          f"/{len(rows)}")
+    for name in names:
+        reps = sorted({x["repeat"] for x in rows})
+        keys = ("throughput_raw", "throughput_rel", "throughput")
+        by = {key: [[x[key] if x["contended"] == 0 else math.nan
+                     for x in rows if x["workload"] == name and x["repeat"] == r]
+                    for r in reps] for key in keys}
+        by = {k: [v for v in vs if len(v) == len(configs[name])] for k, vs in by.items()}
+        print(f"{name}: mean Kendall tau of the configs' order between repeats: raw "
+              f"{mean_tau(by['throughput_raw']):.3f}, fully corrected "
+              f"{mean_tau(by['throughput_rel']):.3f}, default {mean_tau(by['throughput']):.3f}")
+
+
+def report_load(rows: list[dict[str, Any]], load: Load) -> None:
+    """Flagged trials after the load started, and how far unflagged ones are from idle."""
+    idle = [x for x in rows if x["ended"] < load.started_at and x["status"] == "ok"
+            and x["contended"] == 0]
+    busy = [x for x in rows if x["ended"] >= load.started_at]
+    if not busy:
+        print("load: never started")
+        return
+
+    def idle_value(x: dict[str, Any], key: str) -> float:
+        same = [y[key] for y in idle if (y["workload"], y["config"]) == (x["workload"],
+                                                                         x["config"])]
+        return median(same)
+
+    flagged = [x for x in busy if x["contended"] == 1]
+    clean = [x for x in busy if x["status"] == "ok" and x["contended"] != 1]
+    print(f"with load (from {time.strftime('%H:%M:%S', time.gmtime(load.started_at))} UTC): "
+          f"{len(flagged)}/{len(busy)} trials flagged contended, "
+          f"{sum(x['status'] != 'ok' for x in busy)} not ok")
+    for key in ("throughput_raw", "throughput"):
+        off = [x[key] / idle_value(x, key) - 1 for x in clean]
+        off = [o for o in off if math.isfinite(o)]
+        worst = max(off, key=abs) if off else math.nan
+        print(f"  {key}: unflagged figures vs idle: worst {100 * worst:+.1f}%, "
+              f"{sum(abs(o) > 0.10 for o in off)}/{len(off)} more than 10% off; "
+              f"all: {' '.join(f'{100 * o:+.1f}' for o in off)}")
+    for x in flagged:
+        print(f"  flagged: {x['workload']} config {x['config']}: raw "
+              f"{100 * (x['throughput_raw'] / idle_value(x, 'throughput_raw') - 1):+.0f}% vs "
+              f"idle, cpu_wait {x['cpu_wait']:.2f}, log var {x['throughput_log_var']:.2f}")
+
+
+#: OpenMP wait settings compared by ``--compare-wait``: libgomp's default spinning, bounded
+#: spinning, and sleeping at once.
+WAIT_VARIANTS = {"spin 300k (libgomp default)": {"GOMP_SPINCOUNT": "300000"},
+                 "spin 10k": {"GOMP_SPINCOUNT": "10000"},
+                 "spin 1k": {"GOMP_SPINCOUNT": "1000"},
+                 "passive": {"OMP_WAIT_POLICY": "PASSIVE"}}
+
+
+def compare_wait(names: list[str], repeats: int) -> None:
+    """Idle step time (guarded, clean windows) and step time beside one busy process per core
+    (guard off) of each workload's first config under each OpenMP wait setting."""
+    idle_opts = {"max_time_s": 3.0}
+    busy_opts = {"max_time_s": 2.0, "warmup_max_s": 2.0, "min_steps": 2, "guard": False,
+                 "reference_share": 0.0}
+    print(f"{'workload':<6} {'wait setting':<28} {'idle step':>10} {'busy step':>10} "
+          f"{'slowdown':>8}  (median of {repeats} fresh processes each; idle ones unflagged)")
+    for name in names:
+        for label, env in WAIT_VARIANTS.items():
+            launcher = cml.launch.Subprocess(timeout_s=300, env=env)
+            idle, busy = [], []
+            for _ in range(repeats):
+                res = cml.measure(name, CONFIGS[name][0], launcher=launcher,
+                                  measure_options=idle_opts)
+                if res.status == "ok" and not res.metrics.get("contended"):
+                    idle.append(res.metrics["step_time_s"])
+                load = Load(len(os.sched_getaffinity(0)))
+                load.start()
+                try:
+                    res = cml.measure(name, CONFIGS[name][0], launcher=launcher,
+                                      measure_options=busy_opts)
+                finally:
+                    load.stop()
+                if res.status == "ok":
+                    busy.append(res.metrics["step_time_s"])
+            print(f"{name:<6} {label:<28} {1e3 * median(idle):>8.1f}ms {1e3 * median(busy):>8.1f}ms"
+                  f" {median(busy) / median(idle):>7.1f}x  idle "
+                  f"{' '.join(f'{1e3 * x:.1f}' for x in idle)}; busy "
+                  f"{' '.join(f'{1e3 * x:.1f}' for x in busy)}; load average "
+                  f"{os.getloadavg()[0]:.2f}", flush=True)
 
 
 def main() -> None:
@@ -61,76 +274,49 @@ def main() -> None:
     parser.add_argument("--workloads", nargs="*", default=None)
     parser.add_argument("--max-time-s", type=float, default=10.0,
                         help="timed-phase budget per measurement (MeasureOptions.max_time_s)")
-    parser.add_argument("--reference-s", type=float, default=2.0,
-                        help="timed-phase budget of the machine reference before each measurement "
-                             "(0: no reference)")
+    parser.add_argument("--load", action="store_true",
+                        help="start one busy process per core half-way through")
+    parser.add_argument("--quick", action="store_true", help="3 configs x 3 repeats")
+    parser.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
+                        help="environment of the trial processes (e.g. OMP_WAIT_POLICY=ACTIVE)")
+    parser.add_argument("--json", default=None, help="also write every measurement here")
+    parser.add_argument("--compare-wait", action="store_true",
+                        help="compare OpenMP wait settings, idle and beside a busy process per "
+                             "core, instead (first config of each workload)")
     args = parser.parse_args()
+    configs = {k: v[:3] for k, v in CONFIGS.items()} if args.quick else CONFIGS
+    if args.quick:
+        args.repeats = min(args.repeats, 3)
     known = set(cml.workloads.names())
-    names = args.workloads or [w for w in CONFIGS if w in known]
-    launcher = cml.launch.Subprocess(timeout_s=300)
-    options = {"max_time_s": args.max_time_s}
+    names = args.workloads or [w for w in configs if w in known]
     from cubicml_lab.timing import hardware_info
 
-    def reference() -> float:
-        if args.reference_s <= 0:
-            return float("nan")
-        res = cml.measure(*REFERENCE, measure_options={"max_time_s": args.reference_s})
-        return res.metrics["step_time_s"] if res.status == "ok" else float("nan")
-
     hw = hardware_info("cpu")
+    cores = len(os.sched_getaffinity(0))
     print(f"{hw['cpu_model']} ({hw['cpu_count']} CPUs), torch {hw['torch_version']}; "
-          f"{args.repeats} repeats per configuration, fresh process each, interleaved, "
-          f"max_time_s={args.max_time_s}; machine reference {REFERENCE} before each")
-    print("spread = (max - min) / median of the repeats' median step times; ref = the same for "
-          "the reference measured before each; /ref = spread of step time / reference")
-    print(f"{'workload':<6} {'config':<62} {'median step':>11} {'spread':>7} {'ref':>6} "
-          f"{'/ref':>6} {'s/meas':>7} {'target met':>10}  repeats (ms)")
-    total: dict[str, Any] = {"long": 0, "long_within": 0, "met": 0, "ok": 0, "secs": [],
-                             "spreads": [], "refs": []}
-    bar = tqdm(total=args.repeats * sum(len(CONFIGS[n]) for n in names), unit="measurement",
-               file=sys.stderr)
-    for name in names:
-        runs: dict[int, list[tuple[cml.TrialResult, float, float]]] = {
-            i: [] for i in range(len(CONFIGS[name]))}
-        for _ in range(args.repeats):
-            for i, cfg in enumerate(CONFIGS[name]):
-                ref = reference()
-                t0 = time.perf_counter()
-                res = cml.measure(name, cfg, launcher=launcher, measure_options=options)
-                runs[i].append((res, time.perf_counter() - t0, ref))
-                bar.update()
-        for i, cfg in enumerate(CONFIGS[name]):
-            ok = [(r, ref) for r, _, ref in runs[i] if r.status == "ok"]
-            secs = [s for _, s, _ in runs[i]]
-            total["secs"] += secs
-            if not ok:
-                tqdm.write(f"{name:<6} {str(cfg):<62} all failed: {runs[i][0][0].status}",
-                           file=sys.stdout)
-                continue
-            steps = [r.metrics["step_time_s"] for r, _ in ok]
-            refs = [ref for _, ref in ok]
-            med, spread, ref_spread = statistics.median(steps), rel_spread(steps), rel_spread(refs)
-            normed = rel_spread([s / r for s, r in zip(steps, refs, strict=True)])
-            met = sum(r.metrics.get("target_met", 0.0) >= 1.0 for r, _ in ok)
-            tqdm.write(f"{name:<6} {str(cfg):<62} {med * 1000:>9.1f}ms {100 * spread:>6.1f}% "
-                       f"{100 * ref_spread:>5.1f}% {100 * normed:>5.1f}% "
-                       f"{statistics.mean(secs):>7.1f} {met:>4}/{len(ok):<5}  "
-                       f"{' '.join(f'{1000 * x:.1f}' for x in steps)}", file=sys.stdout)
-            total["ok"] += len(ok)
-            total["met"] += met
-            total["spreads"].append(spread)
-            total["refs"].append(ref_spread)
-            if med >= 0.05:
-                total["long"] += 1
-                total["long_within"] += spread <= 0.03
-    bar.close()
-    print(f"summary: {total['long_within']}/{total['long']} configurations with steps >= 50 ms "
-          f"within 3% across repeats (median spread of all configurations "
-          f"{100 * statistics.median(total['spreads']):.1f}%, of the machine reference "
-          f"{100 * statistics.median(total['refs']):.1f}%); "
-          f"{statistics.mean(total['secs']):.1f} s per measurement on average (max "
-          f"{max(total['secs']):.1f} s); adaptive stop met its target in "
-          f"{total['met']}/{total['ok']} measurements")
+          f"{args.repeats} repeats per config, fresh process each, interleaved, "
+          f"max_time_s={args.max_time_s}, env {args.env or 'default'}; load average at start "
+          f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}; {time.strftime('%H:%M')} UTC")
+    if args.compare_wait:
+        compare_wait(names, args.repeats)
+        return
+    load = Load(cores) if args.load else None
+    try:
+        rows = measure_all(names, configs, args, load)
+    finally:
+        if load is not None:
+            load.stop()
+    idle_rows = [x for x in rows if load is None or x["ended"] < load.started_at]
+    print("spread = (max - min) / median over the repeats of unflagged trials; raw: "
+          "throughput_raw, full: throughput_rel (raw / reference_speed), dflt: throughput "
+          "(raw * (nominal / reference_speed) ** DRIFT_EXPONENT), ref: reference_speed")
+    report_idle(names, configs, idle_rows)
+    if load is not None:
+        report_load(rows, load)
+    print(f"load average at the end {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
 
 
 if __name__ == "__main__":

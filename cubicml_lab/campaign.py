@@ -17,6 +17,13 @@ time, so a recycled pid is never signalled) and then run again; a trial whose ca
 no configuration ever runs twice at once. The launchers end a trial process when its campaign
 dies, and the folders of dead campaigns' trials are swept when a campaign starts.
 
+A Slurm job outlives its campaign: a running trial whose record names a Slurm job
+(``slurm_job_id``) and whose campaign died is followed, not launched again: the restarted
+campaign takes it over in the store and collects the job's result, whether it is still queued,
+running or already ended. :meth:`Campaign.stop` (from another thread, e.g. a widget) stops a
+running campaign as an interrupt does, cancelling its jobs; called on a campaign that is not
+running, it cancels the jobs a dead run of it left behind.
+
 Example:
     >>> import cubicml_lab as cml
     >>> space = cml.Space([cml.PowerOfTwo("micro_batch", 1, 8)])
@@ -60,6 +67,10 @@ _LIVE_LOCK = threading.Lock()
 
 class _Taken(StoreError):
     """Another process claimed the trial first: it runs there, not here."""
+
+
+class _Stopped(Exception):
+    """:meth:`Campaign.stop` was called while the campaign ran."""
 
 
 def _live_key(store: TrialStore, trial_id: int) -> tuple[str, int]:
@@ -156,6 +167,9 @@ class Campaign:
         self._in_flight: dict[int, Proposal] = {}
         self._held: set[int] = set()  # trials running in another live process
         self._taking: set[int] = set()  # interrupted trials being taken to run (see _next)
+        self._attach: dict[int, dict[str, Any]] = {}  # trial -> dead owner's record of its job
+        self._stop = threading.Event()
+        self._running = False  # run() in progress (stop() then only signals it)
         self._swept = False
 
         knobs = set(self.workload.default_config())
@@ -292,6 +306,8 @@ class Campaign:
                 finished += 1
             elif t.id in self._in_flight or t.id in queued:
                 continue
+            elif t.status == "running" and self._job_outlived_owner(t):
+                self._queue_resumed(t, follow=True)
             elif t.status == "running" and not self._recover(t):
                 self._hold(t)
             else:
@@ -323,6 +339,15 @@ class Campaign:
             return self.store.get_trial(t.id).status == "pending"
         return True
 
+    def _job_outlived_owner(self, t: Trial) -> bool:
+        """A running trial whose campaign died and whose job (Slurm) this launcher can follow."""
+        from .launch.process import owner_state
+
+        record = (t.hardware or {}).get("process")
+        return (callable(getattr(self.launcher, "attach", None)) and isinstance(record, dict)
+                and isinstance(record.get("slurm_job_id"), str)
+                and owner_state(record) == "dead")
+
     def _hold(self, t: Trial) -> None:
         """Keep a trial that runs elsewhere out of this searcher's proposals until it is told."""
         if t.id not in self._held:
@@ -331,15 +356,20 @@ class Campaign:
                 hold({n: t.config[n] for n in self.space.names})
             self._held.add(t.id)
 
-    def _queue_resumed(self, t: Trial) -> None:
-        """Run an interrupted trial again first, held as pending so no ask proposes it too."""
+    def _queue_resumed(self, t: Trial, *, follow: bool = False) -> None:
+        """Run an interrupted trial again first (or, ``follow``, collect the job it still has),
+        held as pending so no ask proposes it too."""
         config = {n: t.config[n] for n in self.space.names}
         hold = getattr(self.searcher, "mark_pending", None)
         if callable(hold):  # so that a parallel ask never proposes it a second time
             hold(config)
-        self._resumed.append(Proposal(
-            config=config, objective=self.objective, phase="resumed", trial_id=t.id,
-            reason=f"trial {t.id} was interrupted before it finished: run again first"))
+        reason = f"trial {t.id} was interrupted before it finished: run again first"
+        if follow:
+            self._attach[t.id] = dict(t.hardware["process"])
+            reason = (f"trial {t.id}'s Slurm job {t.hardware['process']['slurm_job_id']} "
+                      "outlived the campaign process that launched it: collect it first")
+        self._resumed.append(Proposal(config=config, objective=self.objective, phase="resumed",
+                                      trial_id=t.id, reason=reason))
 
     def propose(self, n: int = 1) -> list[Proposal]:
         """The next ``n`` configurations to run, with the searcher's figures (nothing runs).
@@ -415,6 +445,9 @@ class Campaign:
         p = proposal if isinstance(proposal, Proposal) else Proposal(config=dict(proposal))
         self._forget(p, release=False)
         if p.trial_id is not None:  # an interrupted trial the person does not want again
+            followed = self._attach.pop(p.trial_id, None)
+            if followed is not None:
+                self.launcher.cancel_job(followed["slurm_job_id"])  # type: ignore[attr-defined]
             self.store.finish_trial(p.trial_id, status="failed",
                                     error="skipped by hand after an interruption")
             return self._emit("skipped", p)
@@ -486,14 +519,22 @@ class Campaign:
         up; then set ``claimed`` (a worker thread) or emit ``"started"`` (the caller's thread).
         Raises :class:`_Taken` when another process claimed it first."""
 
+        followed = self._attach.pop(trial_id, None)
+
         def on_start(record: dict[str, Any]) -> None:
-            self._claim(trial_id, record)
+            if followed is None:
+                self._claim(trial_id, record)
+            else:
+                self._take_over(trial_id, followed, record)
             if claimed is None:
                 self._emit("started", trial_id)
             else:
                 claimed.set()
 
         spec = self._spec(params)
+        if followed is not None:
+            return self.launcher.attach(followed["slurm_job_id"], spec,  # type: ignore[attr-defined]
+                                        on_start=on_start)
         if self._launcher_reports_start():
             return self.launcher.run(spec, on_start=on_start)
         from .launch.process import trial_record
@@ -518,6 +559,15 @@ class Campaign:
                 raise _Taken(f"trial {trial_id} was claimed by another process",
                              hint="two processes share this campaign") from err
             raise
+
+    def _take_over(self, trial_id: int, old: dict[str, Any], record: dict[str, Any]) -> None:
+        """``running`` stays ``running``, with this process as the owner of the job it follows;
+        another process that took it over first makes it :class:`_Taken`."""
+        try:
+            self.store.take_over_trial(trial_id, old, record)
+        except StoreError as err:
+            raise _Taken(f"trial {trial_id} was taken over by another process",
+                         hint="two processes share this campaign") from err
 
     def _finish(self, trial_id: int, params: dict[str, Any], result: TrialResult) -> Trial:
         self.store.finish_trial(trial_id, status=result.status, metrics=result.metrics,
@@ -565,7 +615,7 @@ class Campaign:
         self._emit("stopped", self.stop_reason)
         if announce:
             n = len(started)
-            print(f"{self.name}: interrupted; {n} trial{'s' if n != 1 else ''} in flight "
+            print(f"{self.name}: {reason}; {n} trial{'s' if n != 1 else ''} in flight "
                   f"{'were' if n != 1 else 'was'} stopped and re-queued (run again to resume)")
 
     # -- the loop ------------------------------------------------------------------------------
@@ -602,14 +652,21 @@ class Campaign:
             raise ConfigError(f"budget = {budget!r} must be a positive int", hint="e.g. budget=12")
         if not isinstance(parallel, int) or parallel < 1:
             raise ConfigError(f"parallel = {parallel!r} must be a positive int", hint="e.g. 1")
+        # interrupted trials shown by propose() but not launched: run() takes them first
+        self._resumed[:0] = [p for p in self.proposals if p.trial_id is not None]
+        self.proposals = [p for p in self.proposals if p.trial_id is None]
         finished = self._sync()
         self.stop_reason = None
+        self._stop.clear()
         bar = tqdm(total=budget, initial=min(finished, budget), desc=self.name, unit="trial",
                    disable=not progress, leave=True)
         write = bar.write if progress else print
         if self._resumed and verbose:
-            write(f"resuming {self.name!r}: {finished} finished, {len(self._resumed)} "
-                  "interrupted trial(s) run again first")
+            followed = sum(p.trial_id in self._attach for p in self._resumed)
+            rerun = len(self._resumed) - followed
+            parts = [f"{rerun} interrupted trial(s) run again first"] if rerun else []
+            parts += [f"{followed} Slurm job(s) of a dead run followed"] if followed else []
+            write(f"resuming {self.name!r}: {finished} finished, {', '.join(parts)}")
 
         def report(trial_id: int, params: dict[str, Any], result: TrialResult,
                    trial: Trial) -> None:
@@ -622,22 +679,25 @@ class Campaign:
         in_flight: dict[cf.Future[TrialResult], tuple[int, dict[str, Any]]] = {}
         pool = cf.ThreadPoolExecutor(max_workers=parallel, thread_name_prefix="trial")
         stopped_by: BaseException | None = None
+        self._running = True
         try:
             finished = self._loop(budget, parallel, finished, pool, in_flight, review, report)
-        except (KeyboardInterrupt, LaunchError) as err:
+        except (KeyboardInterrupt, LaunchError, _Stopped) as err:
             stopped_by = err
             cancel = getattr(self.launcher, "cancel", None)
             if callable(cancel):
                 cancel()  # kill the trial processes so the threads return at once
         finally:
+            self._running = False
             bar.close()
             pool.shutdown(wait=stopped_by is None or callable(getattr(self.launcher, "cancel",
                                                                       None)),
                           cancel_futures=True)
         if stopped_by is not None:  # what was in flight runs again first next time
             self._requeue(list(in_flight.values()),
-                          announce=isinstance(stopped_by, KeyboardInterrupt),
-                          reason="interrupted" if isinstance(stopped_by, KeyboardInterrupt)
+                          announce=not isinstance(stopped_by, LaunchError),
+                          reason="stopped by Campaign.stop()" if isinstance(stopped_by, _Stopped)
+                          else "interrupted" if isinstance(stopped_by, KeyboardInterrupt)
                           else f"the launcher failed: {stopped_by}")
             if isinstance(stopped_by, LaunchError):
                 raise stopped_by
@@ -666,9 +726,13 @@ class Campaign:
                     pass  # "started" once the trial is running in the store, as observers expect
                 if claimed.is_set():
                     self._emit("started", trial_id)
+            if self._stop.is_set():
+                raise _Stopped
             if not in_flight:
                 break
-            done, _ = cf.wait(in_flight, return_when=cf.FIRST_COMPLETED)
+            done, _ = cf.wait(in_flight, timeout=0.25, return_when=cf.FIRST_COMPLETED)
+            if self._stop.is_set():
+                raise _Stopped
             for fut in done:
                 trial_id, params = in_flight.pop(fut)
                 try:
@@ -683,6 +747,37 @@ class Campaign:
                 finished += 1
             self._check_stop_rule()
         return finished
+
+    def stop(self) -> None:
+        """Stop this campaign: a :meth:`run` in progress (in another thread, e.g. behind a
+        widget's button) returns as after an interrupt; its trials in flight are cancelled
+        (their Slurm jobs ``scancel``-ed, their processes ended) and run again first next time.
+        On a campaign that is not running, this cancels the Slurm jobs that a dead run of it
+        left running, and puts their trials back to ``pending``."""
+        self._stop.set()
+        cancel = getattr(self.launcher, "cancel", None)
+        if callable(cancel):
+            cancel()
+        if self._running or self._in_flight:
+            return
+        self._sync()
+        for trial_id in list(self._attach):
+            self._cancel_followed(trial_id)
+
+    def _cancel_followed(self, trial_id: int) -> None:
+        record = self._attach.pop(trial_id)
+        self.launcher.cancel_job(record["slurm_job_id"])  # type: ignore[attr-defined]
+        try:
+            self.store.reset_trial(trial_id)
+        except StoreError:
+            pass  # another process got to it first
+        self._resumed = [p for p in self._resumed if p.trial_id != trial_id]
+        release = getattr(self.searcher, "release", None)
+        trial = self.store.get_trial(trial_id)
+        if callable(release):
+            release({n: trial.config[n] for n in self.space.names})
+        print(f"{self.name}: cancelled trial {trial_id}'s Slurm job "
+              f"{record['slurm_job_id']}; the trial is pending again")
 
     def _check_stop_rule(self) -> None:
         should_stop = getattr(self.searcher, "should_stop", None)

@@ -141,6 +141,9 @@ class TrialResult:
                     "peak_mem_gib", "achieved_tflops", "mfu"):
             if key in m:
                 facts.append((key, m[key]))
+        if m.get("contended"):
+            facts.append(("contended", f"yes: {m.get('contended_windows', 0):.0f} windows shared "
+                                       "the CPU; the figures are not to be trusted"))
         if self.config:
             facts.append(("config", ", ".join(f"{k}={v}" for k, v in self.config.items())))
         facts.append(("wall_s", round(self.wall_s, 2)))
@@ -261,6 +264,36 @@ def _error_text(err: BaseException, tail_lines: int = 12) -> str:
     return f"{type(err).__name__}: {err}\ntraceback (last {tail_lines} lines):\n{tail}"
 
 
+def _omp_env() -> str:
+    """The OpenMP settings the trial's threads run with, e.g. ``"GOMP_SPINCOUNT=10000"``."""
+    import os
+
+    keys = ("OMP_NUM_THREADS", "OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME")
+    return " ".join(f"{k}={os.environ[k]}" for k in keys if k in os.environ)
+
+
+def _guard_and_reference(device: str, options: Any, telemetry: Any) -> tuple[Any, Any]:
+    """The contention guard and drift reference of a trial on ``device``: on CPU the run-queue
+    wait of the trial's threads and a :class:`~cubicml_lab.hardware.ReferenceWork` at the
+    trial's thread count; on CUDA the throttle reasons :class:`GpuTelemetry` sees (no reference:
+    a CPU workload says nothing of a GPU's speed). No CPU guard when the trial's own threads
+    (all local ranks') outnumber its cores: their waiting is the config's, not the machine's."""
+    import os
+
+    import torch
+
+    from .hardware import CpuContention, GpuTelemetry, ReferenceWork, ThrottleGuard
+
+    if isinstance(telemetry, GpuTelemetry):
+        return ThrottleGuard(telemetry), None
+    threads = torch.get_num_threads()
+    guard = CpuContention(threads, options.max_cpu_wait) if CpuContention.available() else None
+    if guard is not None and threads * int(os.environ.get("LOCAL_WORLD_SIZE", "1")) > guard.cores:
+        guard = None
+    reference = ReferenceWork().sample if options.reference_share > 0 else None
+    return guard, reference
+
+
 def _build_and_time(workload: Any, config: dict[str, Any], options: Any, device: str,
                     world: Any, hardware: dict[str, Any]
                     ) -> tuple[str, dict[str, float], str | None]:
@@ -269,9 +302,11 @@ def _build_and_time(workload: Any, config: dict[str, Any], options: Any, device:
     ``hardware`` gains the parallel layout and, on CUDA, the telemetry of the timed windows.
     Exceptions propagate to :func:`run_trial`, which turns them into a result.
     """
-    from .hardware import GpuTelemetry
-    from .timing import (device_peak_flops, make_timer, peak_memory_gib, reset_peak_memory,
-                         summarize, time_steps)
+    import torch
+
+    from .hardware import GpuTelemetry, reference_nominal
+    from .timing import (device_peak_flops, make_timer, peak_memory_gib, reference_metrics,
+                         reset_peak_memory, summarize, time_steps)
 
     peak_flops = device_peak_flops(device, config.get("precision", "fp32"))
     reset_peak_memory(device)
@@ -284,9 +319,13 @@ def _build_and_time(workload: Any, config: dict[str, Any], options: Any, device:
 
     telemetry = GpuTelemetry(device) if device.startswith("cuda") else contextlib.nullcontext()
     with telemetry:
+        guard, reference = _guard_and_reference(device, options, telemetry)
+        hardware["contention_guard"] = (type(guard).__name__ if guard is not None and
+                                        options.guard else "off")
         timing = time_steps(step, sync=built.sync, options=options,
                             timer=make_timer(device, built.sync),
-                            reduce=world.max if world.distributed else None)
+                            reduce=world.max if world.distributed else None,
+                            guard=guard, reference=reference)
     if isinstance(telemetry, GpuTelemetry):
         hardware.update(telemetry.summary())
     loss = world.mean(float(last[0]))
@@ -295,8 +334,10 @@ def _build_and_time(workload: Any, config: dict[str, Any], options: Any, device:
                               f"and {timing.steps_timed} timed steps: training diverged (lr = "
                               f"{config.get('lr')!r}?); the step time of a diverged run is not "
                               "reported")
+    speed = reference_metrics(timing)["reference_speed"]
+    nominal = reference_nominal(speed, torch.get_num_threads()) if math.isfinite(speed) else None
     metrics = summarize(timing, built.units_per_step, built.flops_per_step, peak_flops,
-                        built.n_devices, units=workload.units)
+                        built.n_devices, units=workload.units, reference_nominal=nominal)
     metrics.update(peak_mem_gib=world.max(peak_memory_gib(device)), loss=loss,
                    model_params=float(built.model_params))
     return "ok", metrics, None
@@ -313,7 +354,10 @@ def run_trial(spec: dict[str, Any]) -> TrialResult:
     Returns:
         ``status="ok"`` with :func:`~cubicml_lab.timing.summarize` metrics (``units`` named by
         the workload, e.g. ``tokens_per_s``) plus ``peak_mem_gib``, ``loss`` (last step's) and
-        ``model_params``; ``"oom"`` with the error and the ``peak_mem_gib`` known so far;
+        ``model_params``; a trial that shared its cores with other processes for most of its
+        windows stays ``"ok"`` but carries ``contended = 1.0`` (see
+        :func:`~cubicml_lab.timing.guard_metrics`) and a large ``throughput_log_var``;
+        ``"oom"`` with the error and the ``peak_mem_gib`` known so far;
         ``"failed"`` for a bad config or measure option, a non-finite loss or any other
         exception (type, message and traceback tail in ``error``). ``config`` is the resolved
         config (as given when it could not be resolved); ``wall_s`` the whole trial's seconds.
@@ -350,7 +394,7 @@ def run_trial(spec: dict[str, Any]) -> TrialResult:
             saved_threads = torch.get_num_threads()
             torch.set_num_threads(int(config["threads"]))
         hardware = {**hardware_info(device), **world.describe(), "rank": world.rank,
-                    "cpu_malloc": tune_cpu_allocator()}
+                    "cpu_malloc": tune_cpu_allocator(), "omp_env": _omp_env()}
         status, metrics, error = _build_and_time(workload, config, options, device, world,
                                                  hardware)
     except Exception as err:  # noqa: BLE001 - a trial's failure is data, never an exception

@@ -211,3 +211,156 @@ def test_importing_the_package_does_not_import_submitit() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, timeout=120)
     assert out.stdout.strip() == "False"
+
+
+# ----------------------------------------------------------------- campaigns through Slurm
+MID = {"max_time_s": 8, "min_steps": 10**6, "max_steps": 10**6, "warmup_max_s": 0.5}
+CAMPAIGN_SCRIPT = """
+import sys
+import cubicml_lab as cml
+from cubicml_lab.launch import Slurm
+space = cml.Space([cml.Choice("micro_batch", [1, 2, 4, 8])])
+camp = cml.Campaign("slurm-kill", space, workload="gpt", searcher=cml.RandomSearch(space, seed=0),
+                    launcher=Slurm(time_limit_min=5, folder=sys.argv[2], mem_gib=1),
+                    store=cml.TrialStore(sys.argv[1]), fixed=%r, measure_options=%r)
+camp.run(budget=1, progress=False)
+""" % ({k: v for k, v in TINY.items() if k != "micro_batch"}, MID)
+
+
+def _campaign(store_path: Path, folder: Path, name: str, measure: dict[str, Any],
+              **slurm: Any) -> Any:
+    import cubicml_lab as cml
+
+    space = cml.Space([cml.Choice("micro_batch", [1, 2, 4, 8])])
+    return cml.Campaign(name, space, workload="gpt", searcher=cml.RandomSearch(space, seed=0),
+                        launcher=Slurm(time_limit_min=5, folder=folder, mem_gib=1, **slurm),
+                        store=cml.TrialStore(store_path),
+                        fixed={k: v for k, v in TINY.items() if k != "micro_batch"},
+                        measure_options=measure)
+
+
+def _sacct_state(cluster: SlurmCluster, job_id: str) -> str:
+    """The job's state: squeue's while it is queued or running, then sacct's."""
+    out = cluster.command("squeue", "-h", "-j", job_id, "-o", "%T").stdout.strip()
+    if not out:
+        out = cluster.command("sacct", "-j", job_id, "-n", "-X", "-P", "-o", "State").stdout
+    return (out.split() or [""])[0]
+
+
+def _running_trial(store_path: Path, timeout_s: float = 60) -> Any:
+    """The campaign's trial once the store says it runs as a Slurm job."""
+    import cubicml_lab as cml
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if store_path.exists():
+            with cml.TrialStore(store_path) as store:
+                for t in store.trials():
+                    if t.status == "running" and "slurm_job_id" in (t.hardware or {}).get(
+                            "process", {}):
+                        return t
+        time.sleep(0.2)
+    raise AssertionError(f"no trial running as a Slurm job in {timeout_s} s")
+
+
+def test_campaign_of_four_trials_runs_through_slurm(cluster: SlurmCluster, jobs_folder: Path,
+                                                    tmp_path: Path) -> None:
+    camp = _campaign(tmp_path / "lab.sqlite", jobs_folder, "slurm-four", FAST)
+    t0 = time.monotonic()
+    df = camp.run(budget=4, parallel=2, progress=False)
+    took = time.monotonic() - t0
+    assert list(df["status"]) == ["ok"] * 4, df.get("error")
+    jobs = [t.hardware["slurm"]["job_id"] for t in camp.trials()]
+    assert len(set(jobs)) == 4
+    assert sorted(t.config["micro_batch"] for t in camp.trials()) == [1, 2, 4, 8]
+    assert {_sacct_state(cluster, j) for j in jobs} == {"COMPLETED"}
+    print(f"\n4 trials through Slurm, 2 at a time, in {took:.1f} s (jobs {jobs})")
+
+
+def _start_and_kill_campaign(store_path: Path, folder: Path, cluster: SlurmCluster) -> Any:
+    """Run CAMPAIGN_SCRIPT, SIGKILL it once its trial runs as a job; the job must live on."""
+    import signal
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-c", CAMPAIGN_SCRIPT, str(store_path),
+                             str(folder)], env={**os.environ})
+    try:
+        trial = _running_trial(store_path)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+    job_id = trial.hardware["process"]["slurm_job_id"]
+    time.sleep(1)
+    assert _sacct_state(cluster, job_id) in ("PENDING", "RUNNING"), "the job died with its caller"
+    return trial
+
+
+def test_restarted_campaign_collects_the_job_its_killed_run_left(
+        cluster: SlurmCluster, tmp_path: Path) -> None:
+    folder = tmp_path / "jobs"
+    trial = _start_and_kill_campaign(tmp_path / "lab.sqlite", folder, cluster)
+    job_id = trial.hardware["process"]["slurm_job_id"]
+    camp = _campaign(tmp_path / "lab.sqlite", folder, "slurm-kill", MID)
+    assert [p.phase for p in camp.propose(1)] == ["resumed"]
+    df = camp.run(budget=1, progress=False)
+    assert list(df["status"]) == ["ok"], df.get("error")
+    done = camp.trials()[0]
+    assert done.id == trial.id and done.hardware["slurm"]["job_id"] == job_id
+    assert done.hardware["slurm"]["attached"] is True
+    assert done.hardware["process"]["pid"] == os.getpid()  # taken over by this process
+    jobs = sorted(p.name for p in folder.iterdir() if not p.name.startswith("."))
+    assert jobs == [job_id], "a job was launched again"
+
+
+def test_stop_cancels_a_running_campaigns_job_and_a_dead_runs_job(
+        cluster: SlurmCluster, tmp_path: Path) -> None:
+    store_path, folder = tmp_path / "lab.sqlite", tmp_path / "jobs"
+    camp = _campaign(store_path, folder, "slurm-stop", LONG)
+    with ThreadPoolExecutor(1) as pool:
+        future = pool.submit(camp.run, 1, progress=False)
+        trial = _running_trial(store_path)
+        job_id = trial.hardware["process"]["slurm_job_id"]
+        _wait_running([job_id], cluster)
+        camp.stop()
+        future.result(timeout=60)
+    assert camp.stop_reason == "stopped by Campaign.stop()"
+    assert camp.store.get_trial(trial.id).status == "pending"
+    deadline = time.monotonic() + 30
+    while _sacct_state(cluster, job_id) != "CANCELLED" and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert _sacct_state(cluster, job_id) == "CANCELLED"
+
+    # a run killed while its job runs; stop() on the campaign read back cancels that job
+    killed = _start_and_kill_campaign(tmp_path / "killed.sqlite", folder, cluster)
+    orphan = killed.hardware["process"]["slurm_job_id"]
+    again = _campaign(tmp_path / "killed.sqlite", folder, "slurm-kill", MID)
+    again.stop()
+    assert again.store.get_trial(killed.id).status == "pending"
+    deadline = time.monotonic() + 30
+    while _sacct_state(cluster, orphan) != "CANCELLED" and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert _sacct_state(cluster, orphan) == "CANCELLED"
+
+
+GPT2 = {"d_model": 32, "n_layers": 2, "n_heads": 4, "seq_len": 16, "vocab": 128,
+        "micro_batch": 2, "threads": 1, "lr": 1e-2}
+
+
+def test_two_srun_tasks_each_start_torchrun(cluster: SlurmCluster, jobs_folder: Path) -> None:
+    from cubicml_lab.launch import measure
+
+    launcher = Slurm(time_limit_min=5, folder=jobs_folder, mem_gib=2, nproc_per_node=2,
+                     tasks_per_node=2)
+    assert launcher.sbatch_parameters()["ntasks_per_node"] == 2 and launcher.world_size == 2
+    res = measure("gpt", {**GPT2, "dp_shard": -1}, launcher=launcher, measure_options=FAST)
+    assert res.status == "ok", res.error
+    assert res.hardware["world_size"] == 2 and res.hardware["parallel"]["strategy"] == "fsdp"
+    assert res.metrics["n_devices"] == 2
+    slurm = res.hardware["slurm"]
+    job = slurm["job_id"]
+    assert slurm["steps"].get(f"{job}.0") == "COMPLETED", slurm["steps"]
+    logs = sorted(p.name for p in (jobs_folder / job).glob("*_log.out"))
+    assert logs == [f"{job}_0_log.out", f"{job}_1_log.out"]  # one per srun task
+    print(f"\n2 srun tasks x torchrun: {res.metrics['tokens_per_s']:.0f} tokens/s, "
+          f"submit to start {slurm['submit_to_start_s']:.2f} s")

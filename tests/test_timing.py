@@ -210,6 +210,118 @@ def test_measure_options_from_dict_round_trip_and_checks() -> None:
         MeasureOptions.from_dict({"max_time_s": "soon"})
 
 
+# ------------------------------------------------------------------- guard and reference
+class FakeGuard:
+    """Calls the windows whose (0-based) index is in ``bad`` contended."""
+
+    def __init__(self, bad) -> None:
+        self.bad, self.n = bad, -1
+
+    def start(self) -> None:
+        self.n += 1
+
+    def stop(self):
+        contended = self.n in self.bad
+        return contended, {"cpu_wait": 0.5 if contended else 0.0, "cpu_util": 1.0}
+
+
+def test_contended_windows_are_discarded_and_retimed() -> None:
+    opts = MeasureOptions(target_rel_ci=1e-9, min_steps=10, max_steps=10, window_min_s=0.0,
+                          reference_share=0.0)
+    guard = FakeGuard(bad={2, 3, 4})
+    t = time_steps(sleeper(0.002), options=opts, guard=guard)
+    assert t.windows == 10 and t.steps_timed == 10 and t.contended_windows == 3
+    assert not t.contended and len(t.guard_figures) == 13
+    assert [f["contended"] for f in t.guard_figures[:6]] == [0, 0, 1, 1, 1, 0]
+    m = summarize(t, 100, 1e6, None)
+    assert m["contended"] == 0.0 and m["contended_windows"] == 3.0 and m["cpu_wait"] == 0.0
+
+
+def test_a_trial_without_clean_windows_is_flagged_within_its_budget() -> None:
+    opts = MeasureOptions(max_time_s=5.0, window_min_s=0.0, contended_budget=0.04,
+                          reference_share=0.0)
+    t0 = time.perf_counter()
+    t = time_steps(sleeper(0.01), options=opts, guard=FakeGuard(bad=range(10**6)))
+    assert time.perf_counter() - t0 < 1.5, "the contention budget did not stop timing"
+    assert t.contended and t.stop_reason == "contended" and not t.target_met
+    assert t.contended_windows == t.windows >= 10 and 0.2 < t.contended_s < 0.5
+    assert abs(t.median_step_time_s / 0.01 - 1) < 0.5  # the figure is kept, flagged
+    m = summarize(t, 100, 1e6, None)
+    assert m["contended"] == 1.0 and m["throughput_log_var"] >= 1.0 and m["cpu_wait"] == 0.5
+
+
+def test_contended_reference_samples_never_leave_no_window() -> None:
+    opts = MeasureOptions(max_time_s=1.0, window_min_s=0.0, contended_budget=0.01)
+
+    def reference() -> float:
+        time.sleep(0.02)
+        return 0.02
+
+    t = time_steps(sleeper(0.002), options=opts, guard=FakeGuard(bad=range(10**6)),
+                   reference=reference)
+    assert t.contended and t.windows >= 1 and t.median_step_time_s > 0
+
+
+def test_guard_off_keeps_every_window() -> None:
+    opts = MeasureOptions(min_steps=8, max_steps=8, window_min_s=0.0, guard=False)
+    t = time_steps(sleeper(0.001), options=opts, guard=FakeGuard(bad=range(10**6)))
+    assert t.windows == 8 and t.contended_windows == 0 and t.guard_figures == []
+
+
+def test_reference_is_sampled_between_windows() -> None:
+    calls = []
+
+    def reference() -> float:
+        calls.append(time.perf_counter())
+        time.sleep(0.004)
+        return 0.001
+
+    opts = MeasureOptions(target_rel_ci=1e-9, max_time_s=0.5, window_min_s=0.02,
+                          reference_share=0.05)
+    t = time_steps(sleeper(0.002), options=opts, reference=reference)
+    assert len(t.reference_times_s) == len(calls) >= 3
+    assert sum(0.004 for _ in calls) <= 0.05 * 0.5 + 0.004 * 3 + 0.01
+    m = summarize(t, 100, 1e6, None)
+    assert m["reference_speed"] == pytest.approx(1000.0) and m["reference_samples"] >= 3
+    assert m["throughput_rel"] == pytest.approx(m["throughput_raw"] / 1000.0)
+    assert m["throughput"] == m["throughput_raw"]
+    from cubicml_lab.timing import REPEAT_LOG_SD
+
+    assert m["throughput_log_var"] == pytest.approx(
+        (m["throughput_rel_ci"] / 1.96) ** 2 + REPEAT_LOG_SD**2)
+
+
+def test_throughput_is_drift_corrected_on_the_machine_scale(tmp_path, monkeypatch) -> None:
+    from cubicml_lab.hardware import reference_nominal
+
+    monkeypatch.setenv("CUBICML_LAB_CACHE_DIR", str(tmp_path))
+    assert reference_nominal(250.0, 2) == 250.0 and reference_nominal(300.0, 2) == 250.0
+    assert reference_nominal(100.0, 1) == 100.0  # one scale per thread count
+    t = Timing(step_times_s=[0.1] * 8, warmup_steps=2, warmup_step_times_s=[0.2, 0.1],
+               steps_per_window=1, steps_timed=8, windows=8, median_step_time_s=0.1,
+               rel_spread=0.0, rel_ci=0.01, target_met=True, outlier_steps=0,
+               stop_reason="target met", elapsed_s=1.0, reference_times_s=[0.005] * 6)
+    m = summarize(t, 100, 1e6, None, units="tokens", reference_nominal=250.0)
+    assert m["throughput_raw"] == pytest.approx(1000.0) and m["reference_speed"] == 200.0
+    from cubicml_lab.timing import DRIFT_EXPONENT
+
+    assert m["drift_corrected"] == 1.0
+    assert m["throughput"] == pytest.approx(1000.0 * 1.25**DRIFT_EXPONENT)
+    assert m["throughput"] * m["step_time_s"] == pytest.approx(100)
+    assert m["step_time_raw_s"] == 0.1 and m["throughput_raw"] * 0.1 == pytest.approx(100)
+    assert m["tokens_per_s"] == m["throughput"] and m["throughput_rel"] == pytest.approx(5.0)
+    raw = summarize(t, 100, 1e6, None)
+    assert raw["drift_corrected"] == 0.0 and raw["throughput"] == raw["throughput_raw"]
+
+
+def test_guard_options_are_checked() -> None:
+    with pytest.raises(MeasurementError, match="guard = 1 must be a bool"):
+        MeasureOptions(guard=1)
+    with pytest.raises(MeasurementError, match="reference_share = 1.0 must be in"):
+        MeasureOptions(reference_share=1.0)
+    assert MeasureOptions.from_dict({"guard": False}).guard is False
+
+
 # ------------------------------------------------------------------------------ the record
 
 

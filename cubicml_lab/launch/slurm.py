@@ -1,9 +1,9 @@
 """Run each trial as its own Slurm job, through submitit.
 
 :class:`Slurm` submits one job per trial with submitit's Slurm executor (no sbatch templating of
-our own): the job calls :func:`cubicml_lab.trials.run_trial` on the spec and returns the
-:class:`~cubicml_lab.trials.TrialResult` *as JSON* (``result.to_json()``), which the launcher
-parses back with ``TrialResult.from_json``; no result object is ever pickled. The launcher waits
+our own): the job calls :func:`cubicml_lab.trials.run_trial` on the spec and writes the
+:class:`~cubicml_lab.trials.TrialResult` as JSON in its folder, which the launcher parses back
+with ``TrialResult.from_json``; no result is ever unpickled here. The launcher waits
 for the job by asking ``sacct`` (Slurm's accounting, which the cluster must run: submitit needs it
 too), reading the job line *and* its steps, since under ``srun`` only step ``.0`` may say
 ``OUT_OF_MEMORY``. Slurm's end states become statuses:
@@ -18,16 +18,25 @@ The result's ``hardware["slurm"]`` holds the job id, its log paths, its end stat
 and the overhead the trial paid to go through Slurm: ``submit_to_start_s`` (from ``sbatch`` to the
 job's Python calling the trial) and ``end_to_result_s`` (from the trial's end to its result back
 here). Unlike the local launchers, a job outlives a caller that is killed (Slurm owns it); the
-caller's :meth:`Slurm.cancel`, or a ``KeyboardInterrupt`` while it waits, cancels it.
+caller's :meth:`Slurm.cancel`, or a ``KeyboardInterrupt`` while it waits, cancels it, and
+:meth:`Slurm.attach` follows a job that an earlier caller submitted (a campaign restarted after
+its notebook died collects its jobs instead of launching them again).
 
-submitit is imported only when a trial is submitted: ``pip install -e '.[slurm]'``. Multi-process
-jobs (``nodes * nproc_per_node > 1``, torchrun under srun) are not supported yet.
+Multi-process trials (``nodes * nproc_per_node > 1``): the job runs ``tasks_per_node`` srun tasks
+on each node (default one), and each task starts ``torchrun`` with
+``nproc_per_node / tasks_per_node`` workers, its task rank as torchrun's node rank, and a static
+rendezvous on the job's first node (the port follows from the job id). The workers agree on the
+slowest rank's figures as under :class:`~cubicml_lab.launch.Torchrun`, and task 0 writes the
+result.
+
+submitit is imported only when a trial is submitted: ``pip install -e '.[slurm]'``.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import subprocess
 import threading
 import time
@@ -48,6 +57,8 @@ _RUNNING = {"PENDING", "RUNNING", "REQUEUED", "RESIZING", "SUSPENDED", "COMPLETI
 _REQUEUE = {"NODE_FAIL", "PREEMPTED"}
 _TAIL_LINES = 40
 _SACCT_PATIENCE_S = 300.0  # a job whose state sacct cannot tell for this long is an error
+RESULT_FILE = "cubicml_result.json"  # in the job's folder, written by task 0
+REQUEUED_FILE = "cubicml_requeued_as.json"  # in a failed job's folder: the job that replaced it
 
 
 def _submitit() -> Any:
@@ -59,15 +70,43 @@ def _submitit() -> Any:
     return submitit
 
 
-def _job_main(spec_json: str) -> str:
-    """What the Slurm job runs: one trial, its result back as JSON with the job's timestamps."""
+def _job_main(spec_json: str, plan_json: str) -> str:
+    """What each task of the Slurm job runs: the trial (one process, or this task's torchrun
+    agent), and, in task 0, its result as JSON in the job's folder with the job's timestamps."""
     started = time.time()
-    from ..trials import run_trial
+    spec, plan = json.loads(spec_json), json.loads(plan_json)
+    rank = int(os.environ.get("SLURM_PROCID", "0"))
+    if plan["world_size"] == 1:
+        from ..trials import run_trial
 
-    result = run_trial(json.loads(spec_json))
+        result = run_trial(spec)
+    else:
+        result = _torchrun_task(spec, plan, rank)
+    if rank != 0:
+        return result.status
     stamps = {"job_started_at": started, "trial_ended_at": time.time()}
-    hardware = {**result.hardware, "slurm": stamps}
-    return dataclasses.replace(result, hardware=hardware).to_json()
+    result = dataclasses.replace(result, hardware={**result.hardware, "slurm": stamps})
+    folder = Path(plan["folder"]) / os.environ.get("SLURM_JOB_ID", "unknown")
+    folder.mkdir(parents=True, exist_ok=True)
+    tmp = folder / f".{RESULT_FILE}.{os.getpid()}"
+    tmp.write_text(result.to_json())
+    tmp.replace(folder / RESULT_FILE)  # atomic: the launcher reads all of it or nothing
+    return result.status
+
+
+def _torchrun_task(spec: dict[str, Any], plan: dict[str, Any], rank: int) -> TrialResult:
+    """This task's torchrun agent: node rank = task rank, rendezvous on the job's first node."""
+    from .torchrun import Torchrun
+
+    ntasks = int(os.environ.get("SLURM_NTASKS", "1"))
+    nodes = subprocess.run(["scontrol", "show", "hostnames",
+                            os.environ.get("SLURM_JOB_NODELIST", "localhost")],
+                           capture_output=True, text=True, timeout=60, check=False)
+    master = (nodes.stdout.split() or ["localhost"])[0]
+    port = 20000 + int(os.environ.get("SLURM_JOB_ID", "0")) % 20000
+    agent = Torchrun(plan["procs_per_task"], nnodes=ntasks, node_rank=rank, master_addr=master,
+                     master_port=port, timeout_s=plan["timeout_s"])
+    return agent.run(spec)
 
 
 def _int(name: str, value: Any, low: int, *, none_ok: bool = False) -> Any:
@@ -93,13 +132,16 @@ class Slurm(Launcher):
         partition, account, qos: ``sbatch --partition/--account/--qos``; ``None``: the
             cluster's default.
         time_limit_min: The job's time limit in minutes; past it the trial is ``timeout``.
-        nodes: Nodes per job (1 for now).
+        nodes: Nodes per job; more than one runs torchrun on each, rendezvous on the first.
         gpus_per_node: GPUs per node (``--gpus-per-node``); 0 for none.
         cpus_per_node: CPUs per node, split over its tasks (``--cpus-per-task``); ``None``: the
             cluster's default.
         mem_gib: Memory per node in GiB (``--mem``); past it the trial is ``oom``. ``None``:
             the cluster's default.
-        nproc_per_node: Trial processes per node (1 for now).
+        nproc_per_node: Trial processes per node (torchrun workers when ``nodes *
+            nproc_per_node > 1``; on GPUs one per GPU).
+        tasks_per_node: srun tasks per node, each a torchrun agent with ``nproc_per_node /
+            tasks_per_node`` workers (default 1: one agent per node).
         extra_sbatch: Further sbatch options, e.g. ``{"constraint": "a100"}``.
         setup: Shell lines run before the trial, e.g. ``["module load cuda"]``.
         folder: Where submitit writes job scripts, logs and results (one folder per job id).
@@ -115,7 +157,8 @@ class Slurm(Launcher):
                  qos: str | None = None, time_limit_min: int = 60, nodes: int = 1,
                  gpus_per_node: int = 0, cpus_per_node: int | None = None,
                  mem_gib: float | None = None, nproc_per_node: int = 1,
-                 extra_sbatch: dict[str, Any] | None = None, setup: list[str] | None = None,
+                 tasks_per_node: int = 1, extra_sbatch: dict[str, Any] | None = None,
+                 setup: list[str] | None = None,
                  folder: str | Path = "runs/slurm", max_requeue: int = 2,
                  poll_s: float = 1.0) -> None:
         self.partition = _str_or_none("partition", partition)
@@ -126,11 +169,13 @@ class Slurm(Launcher):
         self.gpus_per_node = _int("gpus_per_node", gpus_per_node, 0)
         self.cpus_per_node = _int("cpus_per_node", cpus_per_node, 1, none_ok=True)
         self.nproc_per_node = _int("nproc_per_node", nproc_per_node, 1)
+        self.tasks_per_node = _int("tasks_per_node", tasks_per_node, 1)
         self.max_requeue = _int("max_requeue", max_requeue, 0)
-        if self.nodes * self.nproc_per_node > 1:
+        if self.nproc_per_node % self.tasks_per_node:
             raise ConfigError(
-                f"Slurm with nodes * nproc_per_node = {nodes} * {nproc_per_node} > 1 is not "
-                "supported yet", hint="use nodes=1, nproc_per_node=1 (one process per trial)")
+                f"Slurm nproc_per_node = {nproc_per_node} must be a multiple of tasks_per_node = "
+                f"{tasks_per_node}", hint="each srun task starts the same number of workers, "
+                "e.g. nproc_per_node=8, tasks_per_node=1")
         if mem_gib is not None and (isinstance(mem_gib, bool) or not isinstance(
                 mem_gib, (int, float)) or not mem_gib > 0):
             raise ConfigError(f"Slurm mem_gib = {mem_gib!r} must be a number > 0 or None",
@@ -165,14 +210,15 @@ class Slurm(Launcher):
                 "qos": self.qos, "time_limit_min": self.time_limit_min, "nodes": self.nodes,
                 "gpus_per_node": self.gpus_per_node, "cpus_per_node": self.cpus_per_node,
                 "mem_gib": self.mem_gib, "nproc_per_node": self.nproc_per_node,
-                "extra_sbatch": dict(self.extra_sbatch), "setup": list(self.setup),
+                "tasks_per_node": self.tasks_per_node, "extra_sbatch": dict(self.extra_sbatch),
+                "setup": list(self.setup),
                 "folder": str(self.folder), "max_requeue": self.max_requeue,
                 "poll_s": self.poll_s}
 
     def sbatch_parameters(self) -> dict[str, Any]:
         """The parameters given to submitit's ``SlurmExecutor.update_parameters``."""
         params: dict[str, Any] = {"job_name": "cubicml-trial", "time": self.time_limit_min,
-                                  "nodes": self.nodes, "ntasks_per_node": self.nproc_per_node,
+                                  "nodes": self.nodes, "ntasks_per_node": self.tasks_per_node,
                                   "signal_delay_s": 0}  # past the limit: TIMEOUT, not FAILED
         for key in ("partition", "account", "qos"):
             if getattr(self, key) is not None:
@@ -180,7 +226,7 @@ class Slurm(Launcher):
         if self.gpus_per_node:
             params["gpus_per_node"] = self.gpus_per_node
         if self.cpus_per_node:
-            params["cpus_per_task"] = max(1, self.cpus_per_node // self.nproc_per_node)
+            params["cpus_per_task"] = max(1, self.cpus_per_node // self.tasks_per_node)
         if self.mem_gib is not None:
             params["mem"] = f"{max(1, round(self.mem_gib * 1024))}M"
         if self.setup:
@@ -190,11 +236,16 @@ class Slurm(Launcher):
         return params
 
     def cancel(self) -> None:
-        """Cancel the jobs of the trials this launcher is running (``scancel``)."""
+        """Cancel the jobs of the trials this launcher is running or following (``scancel``)."""
         with self._lock:
             jobs = list(self._jobs.values())
         for job in jobs:
             job.cancel(check=False)
+
+    def cancel_job(self, job_id: str) -> None:
+        """Cancel one job by id (and the job that replaced it after a node failure, if any)."""
+        subprocess.run(["scancel", self._latest(str(job_id))[0]], capture_output=True,
+                       timeout=30, check=False)
 
     def run(self, spec: dict[str, Any], *,
             on_start: Callable[[dict[str, Any]], None] | None = None) -> TrialResult:
@@ -212,17 +263,50 @@ class Slurm(Launcher):
             LaunchError: ``sbatch`` refused the job (the message says why).
         """
         spec = check_spec(spec)
-        submitit = _submitit()
-        executor = submitit.SlurmExecutor(folder=self.folder / "%j", max_num_timeout=0)
-        executor.update_parameters(**self.sbatch_parameters())
+        _submitit()
         submitted_at = time.time()
-        for attempt in range(self.max_requeue + 1):
-            job = self._submit(executor, spec)
+        job = self._submit(spec)
+        return self._see_through(spec, job, 0, submitted_at, on_start)
+
+    def attach(self, job_id: str, spec: dict[str, Any], *,
+               on_start: Callable[[dict[str, Any]], None] | None = None) -> TrialResult:
+        """Follow a job an earlier caller submitted for ``spec``, and return its result.
+
+        A job still queued or running is waited for; one that has ended is collected (a node
+        failure is submitted again, as :meth:`run` does, counting the attempts already made).
+        Nothing is submitted for a job that ran.
+
+        Args:
+            job_id: The job's id, as ``on_start`` gave it to the earlier caller.
+            spec: The trial spec that job runs.
+            on_start: Called at once with this process's record and ``slurm_job_id``.
+        """
+        spec = check_spec(spec)
+        submitit = _submitit()
+        job_id, attempt = self._latest(str(job_id))
+        job = submitit.SlurmJob(folder=self.folder / "%j", job_id=job_id)
+        with self._lock:
+            self._jobs[job_id] = job
+        return self._see_through(spec, job, attempt, None, on_start)
+
+    def _latest(self, job_id: str) -> tuple[str, int]:
+        """The job that last replaced ``job_id`` after node failures, and how many did."""
+        attempt = 0
+        while (path := self.folder / job_id / REQUEUED_FILE).exists() and attempt < 100:
+            job_id, attempt = str(json.loads(path.read_text())["job_id"]), attempt + 1
+        return job_id, attempt
+
+    def _see_through(self, spec: dict[str, Any], job: Any, attempt: int,
+                     submitted_at: float | None,
+                     on_start: Callable[[dict[str, Any]], None] | None) -> TrialResult:
+        """Wait for ``job``; submit it again after a node failure (up to ``max_requeue``)."""
+        while True:
             try:
-                if on_start is not None and attempt == 0:
+                if on_start is not None:
                     from .process import trial_record
 
                     on_start({**trial_record(), "slurm_job_id": str(job.job_id)})
+                    on_start = None
                 states = self._wait(job)
             except BaseException:
                 job.cancel(check=False)
@@ -230,13 +314,21 @@ class Slurm(Launcher):
             finally:
                 with self._lock:
                     self._jobs.pop(str(job.job_id), None)
-            if states[str(job.job_id)] not in _REQUEUE:
-                break
-        return self._result(spec, job, states, attempt, submitted_at)
+            if states[str(job.job_id)] not in _REQUEUE or attempt >= self.max_requeue:
+                return self._result(spec, job, states, attempt, submitted_at)
+            old, job, attempt = job, self._submit(spec), attempt + 1
+            marker = self.folder / str(old.job_id) / REQUEUED_FILE
+            marker.parent.mkdir(parents=True, exist_ok=True)
+            marker.write_text(json.dumps({"job_id": str(job.job_id), "attempt": attempt}))
 
-    def _submit(self, executor: Any, spec: dict[str, Any]) -> Any:
+    def _submit(self, spec: dict[str, Any]) -> Any:
+        executor = _submitit().SlurmExecutor(folder=self.folder / "%j", max_num_timeout=0)
+        executor.update_parameters(**self.sbatch_parameters())
+        plan = {"world_size": self.world_size, "folder": str(self.folder.resolve()),
+                "procs_per_task": self.nproc_per_node // self.tasks_per_node,
+                "timeout_s": self.time_limit_min * 60}
         try:
-            job = executor.submit(_job_main, json.dumps(spec))
+            job = executor.submit(_job_main, json.dumps(spec), json.dumps(plan))
         except (OSError, subprocess.SubprocessError) as err:  # sbatch missing or refused
             raise LaunchError(f"sbatch could not submit the trial: {err}",
                               hint="check the partition, account, qos and limits with sinfo; "
@@ -251,47 +343,53 @@ class Slurm(Launcher):
         last_answer = time.monotonic()
         while True:
             states = _sacct_states(job_id)
-            if states is None:
+            if states is None or job_id not in states:
                 if time.monotonic() - last_answer > _SACCT_PATIENCE_S:
                     raise LaunchError(
                         f"sacct gave no state of Slurm job {job_id} for {_SACCT_PATIENCE_S:.0f} "
                         "s", hint="the cluster needs accounting (slurmdbd); check `sacct -j "
                         f"{job_id}` and that SLURM_CONF names the cluster's config")
-            elif states.get(job_id, "") not in _RUNNING:
+            elif states[job_id] not in _RUNNING:
                 return states
             else:
                 last_answer = time.monotonic()
             time.sleep(self.poll_s)
 
     def _result(self, spec: dict[str, Any], job: Any, states: dict[str, str], attempt: int,
-                submitted_at: float) -> TrialResult:
+                submitted_at: float | None) -> TrialResult:
         from ..trials import TrialResult, failure_result
 
         job_id = str(job.job_id)
         state = states[job_id]
-        record: dict[str, Any] = {"job_id": job_id, "state": state, "steps": states, "attempts": attempt + 1,
-                  "stdout": str(job.paths.stdout), "stderr": str(job.paths.stderr)}
-        wall_s = time.time() - submitted_at
+        record: dict[str, Any] = {"job_id": job_id, "state": state, "steps": states,
+                                  "attempts": attempt + 1, "attached": submitted_at is None,
+                                  "stdout": str(job.paths.stdout),
+                                  "stderr": str(job.paths.stderr)}
+        wall_s = 0.0 if submitted_at is None else time.time() - submitted_at
+
+        def failed(status: str, why: str) -> TrialResult:
+            return failure_result(spec, status, f"{why}:\n{_tail(job)}", wall_s=wall_s,
+                                  hardware={"device": spec.get("device") or "cpu",
+                                            "slurm": record})
+
         if "OUT_OF_MEMORY" in states.values():
-            return failure_result(spec, "oom", f"Slurm job {job_id} ran out of memory "
-                                  f"(mem_gib = {self.mem_gib}):\n{_tail(job)}", wall_s=wall_s,
-                                  hardware={"device": spec.get("device") or "cpu", "slurm": record})
+            return failed("oom", f"Slurm job {job_id} ran out of memory (mem_gib = "
+                          f"{self.mem_gib})")
         if state == "TIMEOUT":
-            return failure_result(spec, "timeout", f"Slurm job {job_id} passed its time limit "
-                                  f"of {self.time_limit_min} min:\n{_tail(job)}",
-                                  wall_s=wall_s, hardware={"device": spec.get("device") or "cpu", "slurm": record})
+            return failed("timeout", f"Slurm job {job_id} passed its time limit of "
+                          f"{self.time_limit_min} min")
         if state != "COMPLETED":
-            return failure_result(spec, "failed", f"Slurm job {job_id} ended {state}:\n"
-                                  f"{_tail(job)}", wall_s=wall_s, hardware={"device": spec.get("device") or "cpu", "slurm": record})
+            return failed("failed", f"Slurm job {job_id} ended {state}")
+        path = self.folder / job_id / RESULT_FILE
         try:
-            result = TrialResult.from_json(job.result())
-        except Exception as err:  # noqa: BLE001 - a job without a result is a failed trial
-            return failure_result(spec, "failed", f"Slurm job {job_id} completed without a "
-                                  f"result: {err}\n{_tail(job)}", wall_s=wall_s,
-                                  hardware={"device": spec.get("device") or "cpu", "slurm": record})
+            result = TrialResult.from_json(path.read_text())
+        except (OSError, ValueError, TypeError, KeyError) as err:
+            return failed("failed", f"Slurm job {job_id} completed without a result in {path} "
+                          f"({err})")
         stamps = dict(result.hardware.get("slurm") or {})
-        if stamps:
+        if stamps and submitted_at is not None:
             record["submit_to_start_s"] = stamps["job_started_at"] - submitted_at
+        if stamps:
             record["end_to_result_s"] = time.time() - stamps["trial_ended_at"]
         return dataclasses.replace(result, hardware={**result.hardware,
                                                      "slurm": {**stamps, **record}})

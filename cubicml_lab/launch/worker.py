@@ -8,7 +8,9 @@ torchrun or Slurm jobs) all run this::
 In order, it:
 
 0. under a launcher's guard or torchrun, asks to be killed when its parent dies
-   (:func:`die_with_parent`), so a trial never outlives its campaign;
+   (:func:`die_with_parent`), so a trial never outlives its campaign; bounds how long idle
+   OpenMP threads spin (:func:`set_thread_waiting`), so that a trial on a shared machine slows
+   down by the share others take rather than many times over;
 1. applies the memory limit (``RLIMIT_AS``, virtual address space, in GiB) before anything
    imports torch, so that every allocation of the trial counts against it;
 2. reads the spec (see :mod:`cubicml_lab.launch.base`); a missing or malformed file is an error
@@ -36,8 +38,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from ..trials import TrialResult
 
-__all__ = ["apply_memory_limit", "die_with_parent", "main", "read_spec",
-           "result_path_for_rank", "write_result"]
+__all__ = ["THREAD_WAIT_ENV", "apply_memory_limit", "die_with_parent", "main", "read_spec",
+           "result_path_for_rank", "set_thread_waiting", "write_result"]
 
 EXIT_OK = 0
 EXIT_USAGE = 2
@@ -185,6 +187,37 @@ def pin_to_cpus(cpus: str | None) -> None:
     os.sched_setaffinity(0, cores)
 
 
+#: How the trial's OpenMP threads wait for work between parallel regions, unless the caller's
+#: environment says otherwise: set before torch (and its libgomp) loads. See
+#: :func:`set_thread_waiting` for what was measured.
+THREAD_WAIT_ENV = {"GOMP_SPINCOUNT": "1000", "KMP_BLOCKTIME": "0"}
+
+
+def set_thread_waiting(env: dict[str, str] | None = None) -> dict[str, str]:
+    """Make the trial's idle OpenMP threads sleep soon instead of spinning; return what was set.
+
+    torch's CPU wheels use GNU OpenMP, whose idle threads spin for a while (300,000 polls by
+    default) before they sleep. On a machine that other processes share, the spinning threads
+    take the cores from the threads that have work, and a step slows down many times over
+    instead of by the share the others take. ``GOMP_SPINCOUNT`` bounds the spinning
+    (``KMP_BLOCKTIME`` does the same for Intel's OpenMP). Measured on a 2-core VM
+    (``benchmarks/measure_repeatability.py --compare-wait --repeats 2``; step time idle, then
+    beside one busy process per core): gpt defaults, libgomp's default 28.5 ms / 1374 ms
+    (48x), 10k polls 28.9 / 167 ms (5.8x), 1k polls 29.2 / 76 ms (2.6x); dlrm at batch 4096,
+    10k polls 16.7 / 96 ms, 1k polls 16.9 / 31 ms (1.8x), ``OMP_WAIT_POLICY=PASSIVE`` 21.4 / 26
+    ms (passive costs 27% idle). 1k polls costs 1-2% idle and degrades by about the share the
+    others take. A variable already set in ``env``
+    (default ``os.environ``: e.g. ``Subprocess(env={"OMP_WAIT_POLICY": "ACTIVE"})``) is left
+    alone, and so is everything when ``OMP_WAIT_POLICY`` is set.
+    """
+    env = os.environ if env is None else env
+    if "OMP_WAIT_POLICY" in env:
+        return {}
+    done = {k: v for k, v in THREAD_WAIT_ENV.items() if k not in env}
+    env.update(done)
+    return done
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run one trial as the command line asks; return the process exit code."""
     parser = argparse.ArgumentParser(
@@ -201,6 +234,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     die_with_parent()
+    set_thread_waiting()
     try:
         pin_to_cpus(os.environ.get("CUBICML_LAB_CPUS"))
     except (OSError, ValueError) as err:

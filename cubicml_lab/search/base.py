@@ -40,7 +40,7 @@ from .proposal import Proposal
 if TYPE_CHECKING:
     from ..space import Space
 
-__all__ = ["DIRECTIONS", "ENUMERATE_POOL_LIMIT", "STATUSES", "Searcher"]
+__all__ = ["DIRECTIONS", "ENUMERATE_POOL_LIMIT", "FLAG_METRICS", "STATUSES", "Searcher"]
 
 #: Trial outcomes a searcher understands (:data:`cubicml_lab.trials.FINISHED`); only "ok"
 #: carries an objective value.
@@ -51,6 +51,8 @@ DIRECTIONS = ("maximize", "minimize")
 ENUMERATE_POOL_LIMIT = 100_000
 #: Sampled pools (spaces too large to list) also hold the neighbours of this many best configs.
 NEIGHBOUR_BEST = 5
+#: Told metrics that are flags: a bool there is kept as 1.0 / 0.0 (any other bool is refused).
+FLAG_METRICS = ("contended",)
 
 
 class Searcher:
@@ -335,7 +337,8 @@ class Searcher:
                 ``values[objective]`` must be a finite number (and > 0 for searchers that model
                 the log objective). Other entries that are not finite numbers (NaN, text,
                 lists) are kept out of the history; a bool or an int too large for a float is
-                refused wherever it is.
+                refused wherever it is, except a flag of :data:`FLAG_METRICS` (``contended``),
+                kept as 1.0 / 0.0.
             status: One of "ok", "oom", "failed", "timeout".
 
         Raises:
@@ -430,6 +433,9 @@ def _told_numbers(values: object) -> dict[str, float]:
                           "or tell(config, None, status='oom')")
     out = {}
     for name, raw in values.items():
+        if isinstance(raw, (bool, np.bool_)) and name in FLAG_METRICS:
+            out[str(name)] = float(raw)
+            continue
         if isinstance(raw, (bool, np.bool_)):
             raise SearchError(f"values[{reprlib.repr(name)}] = {raw} is a bool, not a number",
                               hint="tell measurements as numbers (1.0 or 0.0), or leave it out")

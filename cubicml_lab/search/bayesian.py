@@ -2,10 +2,21 @@
 
 :class:`BayesianSearch` runs in two phases.
 
-1. **Initial design** until ``n_init`` ok observations exist: greedy maximin in the normalised
-   encoded space (each column scaled to [0, 1] by ``space.encoded_bounds()``). The first point is a
-   seeded random pick when nothing has been tried; every later point is the untried configuration
-   farthest from everything already told (failures included), pending or picked.
+1. **Before the GP.** *With a prior* (a ``cost_model``, or ``history``), until ``PRIOR_MIN_OK``
+   (2) ok observations exist: the prior's best predicted-feasible configurations (phase
+   ``"prior"``): ranked by minus the log of the summed cost terms (the cost model's step time;
+   without one, by the history's prediction), among those whose probability of running is at
+   least ``PRIOR_P_FEASIBLE`` (0.5), each differing from everything tried, pending or picked in at
+   least ``PRIOR_MIN_DIFF`` (2) knobs, so the first trials are the prior's best guesses, not
+   copies of one. While every trial failed and no memory model says why, the space-filling
+   design below stands in for the prior's picks until one trial runs. *Without a prior*, an
+   **initial design** until ``n_init`` trials were told (failures count: an out-of-memory
+   trial is information too), then the GP as soon as 2 ok
+   trials exist: greedy maximin in the normalised encoded space (each column scaled to [0, 1]
+   by ``space.encoded_bounds()``), each point the untried configuration farthest from
+   everything already told (failures included), pending or picked, its distance weighted by
+   its probability of running once a failure was told (or a memory model given); the first
+   point is a seeded random pick among the likeliest to run.
 2. **BO**: a :class:`~cubicml_lab.surrogate.GPPredictor` (``SingleTaskGP``, ``Normalize`` /
    ``Standardize``, float64) is fitted on ``log(objective)`` of the ok observations (on
    ``log(1 / objective)`` when minimising, so a larger model output is always better), and
@@ -24,9 +35,39 @@ numerical failure) that ask falls back to the space-filling step; :attr:`last_as
 **Failures.** Failed trials (oom, failed, timeout) do not enter the objective's GP; they are never
 proposed again, and they teach a :class:`~cubicml_lab.surrogate.FeasibilityModel` (a GP classifier
 of ran/failed, and with ``memory_limit_gib`` a log peak-memory GP): the acquisition value of every
-candidate is multiplied by its probability of running (added in log space), so the search learns
-the out-of-memory boundary instead of walking into it again. Before the first failure (and without
-a memory limit) the weight is 1.
+candidate is multiplied by its probability of running (added in log space, exactly far into the
+tail, floored at ``LOG_P_FLOOR``), so the search learns the out-of-memory boundary instead of
+walking into it again. Before the first failure (and without a memory limit) the weight is 1.
+While every trial told has failed (nothing to contrast them with), a configuration's weight
+falls with its nearness to the failures (``FAILURE_LENGTH``), so the first out-of-memory trial
+already steers the next proposals away from it.
+
+**Memory model.** ``memory_model`` (config -> predicted peak GiB per GPU, e.g.
+``cml.analytical.LLMTrainingModel(...).memory_gib``) with ``memory_limit_gib`` seeds the
+feasibility model: from the first ask, configurations predicted not to fit get a low probability
+of running, and every trial corrects the prediction (the GP then models measured / predicted
+memory; an out-of-memory trial is a censored observation above the limit: see
+:class:`~cubicml_lab.surrogate.FeasibilityModel`). A memory model is evaluated once per
+configuration (cached), through its vectorised twin when it has one (``memory_gib_frame``,
+:func:`~cubicml_lab.surrogate.gp.batch_method`); so is a cost model (``cost_terms_frame``).
+
+**Transfer.** ``history`` (campaign names of ``store``, DataFrames or Datasets of related jobs:
+another model size, GPU count or device) is read and mapped onto this space by
+:class:`~cubicml_lab.search.history.HistoryModel`, which fits a GP on the history's log
+objective. Its prediction ``h`` enters the objective GP's prior mean as one more cost term,
+``exp(-h)``, whose weight the GP fits to the target's own trials (with no cost model the mean is
+then ``b - c h``: a learned scale of the history), and ranks the first proposals when there is no
+cost model. Once ``HISTORY_CHECK_MIN_OK`` (4) ok trials exist, history whose ``h`` ranks them with
+a Kendall tau at most ``MIN_HISTORY_TAU`` (0.2) is dropped for the rest of the search: related
+history helps from the first trial, unrelated history is caught after a few.
+
+**Observed noise.** With ``noise_metric`` None the search reads each ok trial's relative spread
+from ``"<objective>_rel_ci"``, ``"throughput_rel_ci"`` or ``"step_time_rel_ci"`` (the first that
+any trial carries; a trial without it takes the median of the others) and passes it to the GP as
+fixed per-trial noise; a trial told with ``contended`` > 0 (a measurement taken while something
+else used the machine; ``True`` is accepted) gets at least ``CONTENDED_REL_NOISE`` (10 %). When
+no trial carries a spread, contended trials are left out of the objective's GP (while 2 others
+remain). With ``noise_metric`` named, every ok trial must carry it, as before.
 
 **Stopping.** Each BO ask records the best feasibility-weighted expected improvement, relative to
 the incumbent (with ``log_objective`` the expected improvement of ``log(objective)`` is already
@@ -57,6 +98,7 @@ import numpy as np
 
 from ..errors import PredictorError, SearchError
 from .base import Searcher
+from .history import HistoryModel
 from .proposal import Proposal
 
 if TYPE_CHECKING:
@@ -74,6 +116,23 @@ FEASIBILITY_MAX_ITER = 40
 BASELINE_MAX = 64
 #: Pools larger than this are screened by analytic log EI to this many before qLogNEI runs.
 SCREEN_SIZE = 2048
+#: Length (normalised encoded units: a quarter of a knob's range) over which a failure makes
+#: its neighbours likely to fail too, while every trial told failed (``_failure_proximity``).
+FAILURE_LENGTH = 0.25
+#: Floor of log P(runs) in the acquisition (a configuration all but sure to fail).
+LOG_P_FLOOR = -1e4
+#: With a prior (``cost_model`` or ``history``) the GP takes over at this many ok trials.
+PRIOR_MIN_OK = 2
+#: The prior's picks need at least this probability of running (memory model, failures told).
+PRIOR_P_FEASIBLE = 0.5
+#: Each of the prior's picks differs from everything tried, pending or picked in this many knobs.
+PRIOR_MIN_DIFF = 2
+#: Told metrics read as a trial's relative spread (observed noise) when ``noise_metric`` is None.
+NOISE_METRICS = ("throughput_rel_ci", "step_time_rel_ci")
+#: A told metric > 0 that flags a measurement taken under contention.
+CONTENDED_METRIC = "contended"
+#: Relative spread assumed at least for a contended measurement (10 %).
+CONTENDED_REL_NOISE = 0.1
 
 
 def log_ei_standard(z: torch.Tensor) -> torch.Tensor:
@@ -116,9 +175,9 @@ class BayesianSearch(Searcher):
 
     Args:
         space, objective, direction, candidates, seed, num_candidates: as :class:`Searcher`.
-        n_init: Ok observations to collect by space-filling design before the GP takes over
-            (default :func:`default_n_init`: ``min(max(4, d + 1), 8)``, ``d`` = encoded dimension,
-            and at most a tenth of an explicit candidate pool).
+        n_init: Trials (any status) of the space-filling design before the GP takes over,
+            without a prior (default :func:`default_n_init`: ``min(max(4, d + 1), 8)``, ``d`` =
+            encoded dimension, and at most a tenth of an explicit candidate pool).
         log_objective: Model ``log(objective)`` (default; ok values must then be > 0).
         mc_samples: Quasi-Monte-Carlo samples of the acquisition function.
         chunk_size: Pool configurations evaluated per acquisition call (memory vs. speed).
@@ -137,9 +196,20 @@ class BayesianSearch(Searcher):
             :func:`cubicml_lab.workloads.gpt.cost_terms`): better guesses from the first trials.
         features: Derived inputs for the objective GP's kernel (``GPPredictor(features=...)``,
             e.g. ``Dataset.features`` or :func:`cubicml_lab.workloads.gpt.shape_features`).
+        memory_model: Predicted peak memory per GPU, ``config -> GiB`` (e.g.
+            ``LLMTrainingModel(...).memory_gib``); needs ``memory_limit_gib`` (module doc).
+        history: Related jobs' trials: campaign names (read from ``store``), DataFrames (knob
+            columns, the objective, optionally ``status``) or Datasets (module doc).
+        store: The TrialStore (or its path) that ``history`` names come from; default
+            ``data/lab.sqlite`` if it exists.
+
+    Raises:
+        SearchError: On a bad argument, naming it and the fix: e.g. ``memory_model`` without
+            ``memory_limit_gib``, a ``cost_model`` or ``memory_model`` that is not callable, a
+            ``history`` entry that is not a campaign of the store, a DataFrame or a Dataset.
 
     Attributes:
-        last_ask_info: What the last proposing ask did: ``phase`` ("initial", "bo" or
+        last_ask_info: What the last proposing ask did: ``phase`` ("prior", "initial", "bo" or
             "fallback"), ``reason``, ``fit_s`` and ``ask_s`` (seconds), ``max_acquisition`` (log
             acquisition value of the first pick, None outside BO), ``acquisition`` (one value per
             pick), ``n_ok`` and ``n_pool`` (untried configurations considered).
@@ -148,6 +218,7 @@ class BayesianSearch(Searcher):
             ask, or None (no failure told yet and no memory limit).
         improvement_trace: The best relative expected improvement of each BO ask, in order.
         stop_reason: Why :meth:`should_stop` fired, or None.
+        history_model: The :class:`~cubicml_lab.search.history.HistoryModel`, or None.
 
     Example:
         >>> from cubicml_lab.space import Space, Int
@@ -169,7 +240,9 @@ class BayesianSearch(Searcher):
                  stop_threshold: float = 0.005, stop_patience: int = 3,
                  noise_metric: str | None = None,
                  cost_model: Callable[[dict], Any] | None = None,
-                 features: Callable[[dict], Any] | None = None) -> None:
+                 features: Callable[[dict], Any] | None = None,
+                 memory_model: Callable[[dict], float] | None = None,
+                 history: Sequence[Any] | None = None, store: Any = None) -> None:
         super().__init__(space, objective, direction, candidates, seed,
                          num_candidates=num_candidates)
         if n_init is None:
@@ -186,11 +259,23 @@ class BayesianSearch(Searcher):
         if second_direction not in ("maximize", "minimize"):
             raise SearchError(f"second_direction = {second_direction!r} is not 'maximize' or "
                               "'minimize'", hint="peak memory is minimised: 'minimize'")
-        for name, fn in (("cost_model", cost_model), ("features", features)):
+        if memory_model is not None and not callable(memory_model):
+            raise SearchError(f"memory_model = {memory_model!r:.60} is not callable",
+                              hint="pass a function config -> predicted peak GiB per GPU, e.g. "
+                                   "cml.analytical.LLMTrainingModel(...).memory_gib")
+        if memory_model is not None and memory_limit_gib is None:
+            raise SearchError("memory_model is given but memory_limit_gib is not: the memory "
+                              "model's predictions need a device memory to compare with",
+                              hint="add memory_limit_gib=80 (GiB per GPU, e.g. an 80 GB H100)")
+        if memory_model is not None and not feasibility:
+            raise SearchError("memory_model needs feasibility=True (it seeds the feasibility "
+                              "model)", hint="drop feasibility=False or memory_model")
+        for name, fn in (("cost_model", cost_model), ("features", features),
+                         ("history", history)):
             if second_objective is not None and fn is not None:
                 raise SearchError(f"{name} works with one objective, not with second_objective",
                                   hint="drop one of them")
-            if fn is not None and not callable(fn):
+            if fn is not None and name != "history" and not callable(fn):
                 raise SearchError(f"{name} = {fn!r:.60} is not callable",
                                   hint="pass a function config -> list of numbers, or None")
         if second_objective is not None and second_objective == objective:
@@ -211,6 +296,18 @@ class BayesianSearch(Searcher):
         self.noise_metric = noise_metric
         self.cost_model = cost_model
         self.features = features
+        self.memory_model = memory_model
+        self.history_model: HistoryModel | None = None
+        if history is not None:
+            self.history_model = HistoryModel(space, history, objective, direction=direction,
+                                              store=store, seed=self.seed)
+        self.history_names = None if history is None or not all(
+            isinstance(h, str) for h in history) else list(history)
+        self.store = store
+        self._mem_of: dict[str, float] = {}
+        self._n_terms = 0  # cost terms (the history's included) per encoded pool row
+        self._prior_terms: _PriorTerms | None = None
+        self._terms_with_history: bool | None = None
         self.last_ask_info: dict[str, Any] = {}
         self.predictor: Any = None
         self.second_predictor: Any = None
@@ -230,9 +327,12 @@ class BayesianSearch(Searcher):
             return np.zeros((0, bounds.shape[1]))
         return (self.space.encode_array(configs) - bounds[0]) / span
 
-    def _space_filling(self, n: int, pool: list[dict], rng: np.random.Generator) -> list[dict]:
-        """Greedy maximin: each pick maximises its distance to everything tried or picked."""
+    def _space_filling(self, n: int, pool: list[dict], rng: np.random.Generator,
+                       p_ok: np.ndarray | None = None) -> list[dict]:
+        """Greedy maximin: each pick maximises its distance to everything tried or picked (times
+        its probability of running, ``p_ok``, once a failure taught the feasibility model)."""
         order = rng.permutation(len(pool))  # random tie-breaks, random first pick
+        w = np.ones(len(pool)) if p_ok is None else np.clip(p_ok[order], 1e-6, 1.0)
         P = self._normalised([pool[i] for i in order])
         seen = self._normalised([h["config"] for h in self._history] + self.pending)
         min_d = np.full(len(P), np.inf)
@@ -242,7 +342,8 @@ class BayesianSearch(Searcher):
             min_d = np.minimum(min_d, d)
         picks: list[int] = []
         for _ in range(min(n, len(P))):
-            j = int(np.argmax(min_d))  # all inf (nothing seen): index 0, a random config
+            # nothing seen yet (all inf): the likeliest to run, ties to the random order
+            j = int(np.argmax(np.where(np.isposinf(min_d), 1.0, min_d) * w))
             picks.append(j)
             min_d = np.minimum(min_d, np.sqrt(((P - P[j]) ** 2).sum(-1)))
             min_d[picks] = -np.inf
@@ -283,7 +384,8 @@ class BayesianSearch(Searcher):
 
         def make(s: int) -> Any:
             return GPPredictor(self.space, metric, log_objective=self.log_objective, seed=s,
-                               cost_model=self.cost_model if metric == self.objective else None,
+                               cost_model=self._gp_cost_model() if metric == self.objective
+                               else None,
                                features=self.features if metric == self.objective else None)
 
         anchor_seed = int(np.random.default_rng([self.seed, m, 7]).integers(2**31 - 1))
@@ -312,13 +414,27 @@ class BayesianSearch(Searcher):
         return ([h["config"] for h in rows],
                 np.array([h["values"][self.second_objective] for h in rows], dtype=np.float64))
 
-    def _noise(self) -> np.ndarray | None:
-        if self.noise_metric is None:
-            return None
+    def _gp_data(self) -> tuple[list[dict], np.ndarray, np.ndarray | None]:
+        """The objective GP's ok observations and their observed noise (module doc, "Observed
+        noise"): ``(configs, values, relative noise or None)``."""
         ok = [h for h in self._history if h["status"] == "ok"]
-        if not all(self.noise_metric in h["values"] for h in ok):
-            return None  # some trial lacks it: infer one noise level instead
-        return np.array([max(h["values"][self.noise_metric], 0.0) for h in ok])
+        metric = self.noise_metric or next(
+            (m for m in (f"{self.objective}_rel_ci", *NOISE_METRICS)
+             if any(m in h["values"] for h in ok)), None)
+        contended = np.array([h["values"].get(CONTENDED_METRIC, 0.0) > 0 for h in ok], bool)
+        rel = None
+        if metric is not None and any(metric in h["values"] for h in ok):
+            known = [max(h["values"][metric], 0.0) for h in ok if metric in h["values"]]
+            if self.noise_metric is not None and len(known) < len(ok):
+                known = []  # an explicit metric missing on some trial: infer one level
+            if known:
+                fill = float(np.median(known))
+                rel = np.array([max(h["values"].get(metric, fill), 0.0) for h in ok])
+                rel[contended] = np.maximum(rel[contended], CONTENDED_REL_NOISE)
+        elif contended.any() and (~contended).sum() >= 2:
+            ok = [h for h, c in zip(ok, contended) if not c]  # no spread known: leave them out
+        return ([h["config"] for h in ok], np.array([h["value"] for h in ok], dtype=np.float64),
+                rel)
 
     def _fit_feasibility(self, seed: int) -> Any:
         """The FeasibilityModel of everything told, or None while there is nothing to learn."""
@@ -328,8 +444,46 @@ class BayesianSearch(Searcher):
         if not self.feasibility or not (failed or self.memory_limit_gib is not None):
             return None
         mem = [h["values"].get(self.memory_metric, np.nan) for h in self._history]
-        return FeasibilityModel(self.space, seed=seed, max_iter=FEASIBILITY_MAX_ITER).fit(
-            [h["config"] for h in self._history], [h["status"] for h in self._history], mem)
+        return FeasibilityModel(self.space, seed=seed, max_iter=FEASIBILITY_MAX_ITER,
+                                memory_model=self.memory_model).fit(
+            [h["config"] for h in self._history], [h["status"] for h in self._history], mem,
+            memory_limit=self.memory_limit_gib if self.memory_model is not None else None)
+
+    def _log_p_feasible(self, X_space: Any, pool: list[dict],
+                        keys: list[str] | None) -> np.ndarray:
+        """log P(runs) of each pool configuration from the feasibility model (0 without one);
+        the memory model's predictions are cached by configuration."""
+        if self.feasibility_model is None:
+            return np.zeros(len(pool))
+        prior = None
+        if self.memory_model is not None:
+            keys = keys if keys is not None else [self.space.key(c) for c in pool]
+            new = [i for i, k in enumerate(keys) if k not in self._mem_of]
+            if new:
+                got = self.feasibility_model.prior_gib([pool[i] for i in new])
+                self._mem_of.update({keys[i]: float(g) for i, g in zip(new, got)})
+            prior = np.array([self._mem_of[k] for k in keys])
+        near = None
+        if self.feasibility_model.all_failed:
+            near = self._failure_proximity(X_space)
+        return self.feasibility_model.predict_encoded(X_space, len(pool),
+                                                      memory_limit=self.memory_limit_gib,
+                                                      prior_gib=prior, log=True,
+                                                      when_all_failed=near)
+
+    def _failure_proximity(self, X_space: Any) -> np.ndarray:
+        """log P(runs) while every trial told failed: the sum over failures of
+        ``log(1 - exp(-d^2 / (2 FAILURE_LENGTH^2)))``, ``d`` the normalised distance to it (a
+        configuration one knob step from a failure is likelier to fail than one far from all)."""
+        bounds = self.space.encoded_bounds()
+        span = np.where(bounds[1] > bounds[0], bounds[1] - bounds[0], 1.0)
+        X = (np.asarray(X_space, dtype=np.float64) - bounds[0]) / span
+        F = self._normalised([h["config"] for h in self._history if h["status"] != "ok"])
+        out = np.zeros(len(X))
+        for f in F:
+            d2 = ((X - f) ** 2).sum(1)
+            out += np.log(np.clip(-np.expm1(-d2 / (2 * FAILURE_LENGTH**2)), 1e-12, 1.0))
+        return out
 
     def _acquisition(self, X_base: Any, seed: int) -> tuple[Any, Any]:
         """``(factory(X_pending) -> acquisition function, incumbent scale)``."""
@@ -377,14 +531,20 @@ class BayesianSearch(Searcher):
         model takes the space's columns)."""
         import torch
 
-        keys = self._untried_keys if len(self._untried_keys) == len(pool) else \
-            [self.space.key(c) for c in pool]
+        keys = self._pool_keys(pool)
         new = [i for i, k in enumerate(keys) if k not in self._row_of]
         if new:
             rows = self.space.encode_array([pool[i] for i in new])
-            if self.cost_model is not None or self.features is not None:  # the objective GP's
-                extra = self.predictor.derived_columns([pool[i] for i in new], "candidates")
-                rows = np.concatenate([rows, extra.numpy()], axis=1)  # input: + derived columns
+            terms = self._gp_cost_model()
+            if terms is not None or self.features is not None:  # the objective GP's input:
+                from ..surrogate import GPPredictor
+                from ..surrogate.gp import evaluate_many
+
+                extra = GPPredictor(self.space, cost_model=terms, features=self.features
+                                    ).derived_columns([pool[i] for i in new], "candidates")
+                rows = np.concatenate([rows, extra.numpy()], axis=1)
+                self._n_terms = 0 if terms is None else int(np.size(evaluate_many(
+                    "cost_model", terms, [pool[new[0]]])[0]))
             start = len(self._rows)
             self._rows.extend(rows)
             for j, i in enumerate(new):
@@ -394,12 +554,84 @@ class BayesianSearch(Searcher):
             self._rows_tensor = torch.from_numpy(np.asarray(self._rows, dtype=np.float64))
         return self._rows_tensor[torch.as_tensor([self._row_of[k] for k in keys])]
 
+    def _pool_keys(self, pool: list[dict]) -> list[str]:
+        return self._untried_keys if len(self._untried_keys) == len(pool) else \
+            [self.space.key(c) for c in pool]
+
+    def _gp_cost_model(self) -> Any:
+        """The objective GP's cost model: ``cost_model``, with the history's term appended while
+        the history is in use (module doc, "Transfer")."""
+        if self.history_model is None or not self.history_model.active:
+            return self.cost_model
+        if self._prior_terms is None:
+            self._prior_terms = _PriorTerms(self.cost_model, self.history_model)
+        return self._prior_terms.terms
+
+    def _refresh_history(self, configs: list[dict], values: np.ndarray) -> None:
+        """Check the history against the ok trials; once it is dropped, the GP's inputs change:
+        forget the encoded rows and the anchors of the hyperparameters."""
+        hm = self.history_model
+        if hm is None or not hm.active:
+            return
+        if not hm.check(configs, np.log(np.clip(self._model_values(values, self.direction),
+                                                1e-300, None)) if len(values) else values):
+            self._rows, self._row_of, self._rows_tensor = [], {}, None
+            self._anchors.clear()
+
+    def _prior_scores(self, pool: list[dict], X: Any) -> np.ndarray | None:
+        """The prior's guess of each pool configuration's log objective (larger is better, up
+        to a constant): minus the log of the summed cost terms, else the history's ``h``."""
+        if self.cost_model is not None:
+            n_hist = int(self._gp_cost_model() is not self.cost_model)
+            logs = X[:, X.shape[1] - self._n_terms:X.shape[1] - n_hist].numpy()
+            return -np.logaddexp.reduce(np.nan_to_num(logs, neginf=-1e300), axis=1)
+        if self.history_model is not None and self.history_model.active:
+            return self.history_model.predict(pool, self._pool_keys(pool))
+        return None
+
+    def _prior_picks(self, n: int, pool: list[dict], rng: np.random.Generator,
+                     info: dict[str, Any]) -> list[dict] | None:
+        """Before the GP: the prior's best predicted-feasible configurations, each differing
+        from everything tried, pending or picked in at least :data:`PRIOR_MIN_DIFF` knobs."""
+        fm = self.feasibility_model
+        if fm is not None and fm.all_failed and self.memory_model is None:
+            return None  # its favourites failed, nothing ran yet: explore (space-filling) first
+        X = self._encode_pool(pool)
+        score = self._prior_scores(pool, X)
+        if score is None:
+            return None
+        n_space = self.space.encoded_bounds().shape[1]
+        log_p = self._log_p_feasible(X[:, :n_space], pool, self._pool_keys(pool))
+        p = np.exp(log_p)
+        fits = p >= PRIOR_P_FEASIBLE
+        key = np.where(fits, score, -np.inf) if fits.any() else log_p
+        order = np.lexsort((rng.random(len(pool)), -key))
+        seen = [h["config"] for h in self._history] + self.pending
+        picks: list[int] = []
+        for i in order:
+            cfg = pool[int(i)]
+            if all(sum(cfg[k] != o[k] for k in self.space.names) >= PRIOR_MIN_DIFF
+                   for o in seen):
+                picks.append(int(i))
+                seen.append(cfg)
+                if len(picks) == n:
+                    break
+        for i in order:  # too few different enough: the next best
+            if len(picks) >= min(n, len(pool)):
+                break
+            if int(i) not in picks:
+                picks.append(int(i))
+        info["p_feasible_of_picks"] = [float(p[i]) for i in picks]
+        info["prior_score_of_picks"] = [float(score[i]) for i in picks]
+        return [dict(pool[i]) for i in picks]
+
     def _bo(self, n: int, pool: list[dict], configs: list[dict], seed: int,
             info: dict[str, Any]) -> list[dict]:
         import torch
 
         X_base = self.predictor.encode(configs)
         X_pool = self._encode_pool(pool)
+        keys = self._pool_keys(pool)
         n_space = self.space.encoded_bounds().shape[1]
         single = self.second_predictor is None
         keep = max(SCREEN_SIZE, 8 * n)
@@ -424,12 +656,12 @@ class BayesianSearch(Searcher):
             first = min(len(pool), 4 * keep if self.feasibility_model is not None else keep)
             top = torch.topk(score, first).indices.sort().values
             pool, X_pool, score = [pool[int(i)] for i in top], X_pool[top], score[top]
+            keys = [keys[int(i)] for i in top]
             info["screened"] = keep
         log_w = torch.zeros(len(pool), dtype=X_pool.dtype)
         if self.feasibility_model is not None:
-            p = self.feasibility_model.predict_encoded(X_pool[:, :n_space], len(pool),
-                                                       memory_limit=self.memory_limit_gib)
-            log_w = torch.as_tensor(np.log(np.clip(p, 1e-12, 1.0)), dtype=X_pool.dtype)
+            log_p = self._log_p_feasible(X_pool[:, :n_space], pool, keys)
+            log_w = torch.as_tensor(np.maximum(log_p, LOG_P_FLOOR), dtype=X_pool.dtype)
             info["p_feasible_of_picks"] = []
             if score is not None and len(pool) > keep:
                 top = torch.topk(score + log_w, keep).indices.sort().values
@@ -467,18 +699,25 @@ class BayesianSearch(Searcher):
         t0 = time.perf_counter()
         seed = int(rng.integers(2**31 - 1))
         torch.manual_seed(seed)
-        configs, values = self._ok()
+        configs, values, noise = (self._gp_data() if self.second_objective is None
+                                  else (*self._ok(), None))
         info: dict[str, Any] = {"phase": "initial", "reason": "", "fit_s": 0.0, "ask_s": 0.0,
                                 "max_acquisition": None, "acquisition": [],
                                 "relative_improvement": None,
                                 "n_ok": len(configs), "n_pool": len(pool)}
         self.last_ask_info = info
-        blocked = self._not_ready(configs, values, self.n_init, "the GP")
+        self._refresh_history(configs, values)
+        prior = self.cost_model is not None or (self.history_model is not None
+                                                and self.history_model.active)
+        # with a prior the GP starts at PRIOR_MIN_OK ok trials; without one, failures count
+        # towards the initial design, and past it 2 ok trials are enough for the GP
+        need = PRIOR_MIN_OK if prior else self.n_init if self.n_told < self.n_init else 2
+        blocked = self._not_ready(configs, values, need, "the GP")
         if blocked:
             info["phase"], info["reason"] = blocked
         else:
             try:
-                self.predictor = self._fit(configs, values, seed, noise=self._noise())
+                self.predictor = self._fit(configs, values, seed, noise=noise)
                 self.second_predictor = None
                 if self.second_objective is not None:
                     c2, v2 = self._second_values()
@@ -495,17 +734,42 @@ class BayesianSearch(Searcher):
             except PredictorError as err:
                 info["reason"] = f"GP fit failed: {err.message}"
                 info["phase"] = "fallback"
+        out = None
         if info["phase"] == "bo":
             try:
                 out = self._bo(n, pool, configs, seed, info)
                 self.improvement_trace.append(info["relative_improvement"])
             except RuntimeError as err:  # e.g. a kernel matrix that is not positive definite
                 info["phase"], info["reason"] = "fallback", f"acquisition failed: {err}"
-                out = self._space_filling(n, pool, rng)
-        else:
-            out = self._space_filling(n, pool, rng)
+        if out is None:
+            out = self._before_the_gp(n, pool, rng, seed, info, prior)
         info["ask_s"] = time.perf_counter() - t0
         return out
+
+    def _before_the_gp(self, n: int, pool: list[dict], rng: np.random.Generator, seed: int,
+                       info: dict[str, Any], prior: bool) -> list[dict]:
+        """The prior's picks (phase "prior") or the space-filling design, which a feasibility
+        model (the memory model, or failures told) weights by the probability of running."""
+        try:
+            self.feasibility_model = self._fit_feasibility(seed)
+        except PredictorError:
+            self.feasibility_model = None
+        if prior:
+            out = self._prior_picks(n, pool, rng, info)
+            if out is not None:
+                info["reason"] = (f"the prior's best predicted-feasible configurations "
+                                  f"({info['reason']})")
+                info["phase"] = "prior"
+                return out
+        p_ok = None
+        if self.feasibility_model is not None:
+            X = self._normalised_space_rows(pool)
+            p_ok = np.exp(self._log_p_feasible(X, pool, self._pool_keys(pool)))
+        return self._space_filling(n, pool, rng, p_ok)
+
+    def _normalised_space_rows(self, pool: list[dict]) -> Any:
+        n_space = self.space.encoded_bounds().shape[1]
+        return self._encode_pool(pool)[:, :n_space]
 
     def _explain(self, configs: list[dict], enqueued: list[bool]) -> list[Proposal]:
         """Proposals with the GP's prediction and 95% interval, P(runs) and the acquisition
@@ -584,3 +848,30 @@ class BayesianSearch(Searcher):
         front.sort(key=lambda i: -Y[i, 0])
         return [{"config": dict(rows[i]["config"]), self.objective: rows[i]["value"],
                  self.second_objective: rows[i]["values"][self.second_objective]} for i in front]
+
+
+class _PriorTerms:
+    """``terms(config) = [*cost_model(config), exp(-h(config))]``: the cost model's terms, then
+    the history's (``h``: :class:`~cubicml_lab.search.history.HistoryModel`'s log objective),
+    so the GP's prior mean weighs both by maximum likelihood (module doc, "Transfer").
+    ``terms_frame`` is its vectorised twin (:func:`~cubicml_lab.surrogate.gp.batch_method`)."""
+
+    def __init__(self, cost_model: Callable[[dict], Any] | None, history: HistoryModel) -> None:
+        self.cost_model, self.history = cost_model, history
+
+    def terms(self, config: dict) -> list[float]:
+        return self._many([config])[0]
+
+    def terms_frame(self, df: Any) -> list[list[float]]:
+        return self._many(df.to_dict("records"))
+
+    def _many(self, configs: list[dict]) -> list[list[float]]:
+        from ..surrogate.gp import evaluate_many
+
+        configs = [self.history.space.project(c) for c in configs]
+        h = self.history.predict(configs)
+        if self.cost_model is None:
+            return [[math.exp(-float(x))] for x in h]
+        rows = evaluate_many("cost_model", self.cost_model, configs)
+        return [[*np.asarray(r, dtype=float).reshape(-1).tolist(), math.exp(-float(x))]
+                for r, x in zip(rows, h)]

@@ -3,7 +3,9 @@
 A campaign file (``Campaign.to_yaml``, ``cubicml-lab run FILE.yaml``) names its searcher as a
 small mapping: ``{"kind": "bayesian", "seed": 0, "n_init": 8, ...}`` or ``{"kind": "random"}``.
 Only options that are plain values travel; a searcher holding a function (``cost_model``,
-``features``) or a fixed candidate pool cannot be written, and says which option is in the way.
+``features``, ``memory_model``), a fixed candidate pool or history given as tables cannot be
+written, and says which option is in the way. History given as campaign names travels as
+``history: [names]`` with ``store: path`` (when one was given).
 
 Example:
     >>> import cubicml_lab as cml
@@ -32,11 +34,14 @@ _COMMON = ("objective", "direction", "seed")
 _OPTIONS: dict[str, tuple[type, tuple[str, ...]]] = {
     "bayesian": (BayesianSearch, (*_COMMON, "n_init", "num_candidates", "memory_limit_gib",
                                   "memory_metric", "feasibility", "log_objective",
-                                  "stop_threshold", "stop_patience", "noise_metric")),
+                                  "stop_threshold", "stop_patience", "noise_metric",
+                                  "history", "store")),
     "random": (RandomSearch, _COMMON),
 }
 # options whose value is code or data a file cannot hold, by searcher attribute
-_NOT_WRITABLE = ("cost_model", "features", "second_objective", "_candidates")
+_NOT_WRITABLE = ("cost_model", "features", "memory_model", "second_objective", "_candidates")
+# options written only when set (older files and readers do not know them)
+_ONLY_WHEN_SET = ("history", "store")
 
 
 def searcher_to_dict(searcher: Searcher) -> dict[str, Any]:
@@ -54,7 +59,18 @@ def searcher_to_dict(searcher: Searcher) -> dict[str, Any]:
             shown = "candidates" if name == "_candidates" else name
             raise ConfigError(f"the searcher's {shown} cannot be written to a campaign file",
                               hint=f"build the campaign in Python to use {shown}, or drop it")
-    return {"kind": kind, **{name: getattr(searcher, name) for name in _OPTIONS[kind][1]}}
+    if getattr(searcher, "history_model", None) is not None and searcher.history_names is None:
+        raise ConfigError("the searcher's history holds tables, which a campaign file cannot hold",
+                          hint="give history as campaign names of a store, or build the "
+                               "campaign in Python")
+    out = {"kind": kind}
+    for name in _OPTIONS[kind][1]:
+        value = getattr(searcher, "history_names" if name == "history" else name, None)
+        if name == "store" and value is not None and not isinstance(value, str):
+            value = str(getattr(value, "path", value))
+        if name not in _ONLY_WHEN_SET or value is not None:
+            out[name] = value
+    return out
 
 
 def searcher_from_dict(space: Space, data: Mapping[str, Any]) -> Searcher:

@@ -23,7 +23,8 @@ from .._html import card, fmt
 __all__ = ["PHASES", "Proposal"]
 
 #: Where a proposal came from.
-PHASES = ("enqueued", "resumed", "initial", "bo", "fallback", "random", "guided", "edited")
+PHASES = ("enqueued", "resumed", "prior", "initial", "bo", "fallback", "random", "guided",
+          "edited")
 
 
 @dataclass(frozen=True, kw_only=True)

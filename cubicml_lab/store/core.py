@@ -256,6 +256,26 @@ class TrialStore:
                          "hardware = COALESCE(?, hardware) WHERE id = ?",
                          (time.time(), hw_json, trial_id))
 
+    def take_over_trial(self, trial_id: int, old: Mapping[str, Any],
+                        new: Mapping[str, Any]) -> None:
+        """Give a ``running`` trial a new owner: its ``hardware["process"]`` becomes ``new`` if
+        it still is ``old`` (a restarted campaign following a job its dead predecessor started).
+
+        Atomic like :meth:`mark_running`: of several processes taking one trial over at once,
+        exactly one succeeds and the others get a StoreError.
+        """
+        trial_id = _check_id(trial_id)
+        old, new = _check_mapping(old, "old"), _check_mapping(new, "new")
+        with self._write() as conn:
+            self._expect(conn, trial_id, ("running",), "take_over_trial")
+            row = conn.execute("SELECT hardware FROM trials WHERE id = ?", (trial_id,)).fetchone()
+            hardware = json.loads(row[0] or "{}")
+            if hardware.get("process") != json.loads(_dumps(old)):
+                raise StoreError(f"trial {trial_id} has another owner than the one to take over "
+                                 "from", hint="another process took it over first")
+            conn.execute("UPDATE trials SET hardware = ? WHERE id = ?",
+                         (_dumps({**hardware, "process": dict(new)}), trial_id))
+
     def finish_trial(self, trial_id: int, *, status: str, metrics: Mapping[str, Any] | None = None,
                      hardware: Mapping[str, Any] | None = None, error: str | None = None) -> None:
         """Move a ``pending`` or ``running`` trial to a final status and set ``ended_at``.

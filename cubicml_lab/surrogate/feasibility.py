@@ -18,6 +18,18 @@ out-of-memory crashes. :class:`FeasibilityModel` learns two things from the tria
 ``predict`` multiplies the two. Before there are two trials of each kind, the missing part
 answers 1 (no evidence of failure) so that a search without failures is not held back.
 
+**A memory prior** (``memory_model``: a function config -> predicted peak GiB, e.g.
+``cml.analytical.LLMTrainingModel(...).memory_gib``) changes the memory part: it answers from
+the first trial, before anything was measured. The GP then models the *ratio* of the measured
+peak to the prediction (log scale), and every trial corrects it: an ok trial with a measured
+peak gives its ratio; an out-of-memory trial says its peak was above the limit, told as the
+censored ratio ``max(1, limit / predicted) * CENSOR_MARGIN``; an ok trial without a figure whose
+prediction was above the limit says the peak was below it (``limit / predicted /
+CENSOR_MARGIN``). With fewer than two such trials the ratio is their geometric mean (1 with
+none), with a log-scale spread of :data:`PRIOR_LOG_SD`. ``P(fits) = Phi((log limit - log
+predicted - mu) / sd)``. Out-of-memory trials then teach the memory part from the first one, and
+the classifier learns only from the other failures (crashes, timeouts).
+
 Example:
     >>> from cubicml_lab.space import Space, PowerOfTwo
     >>> space = Space([PowerOfTwo("micro_batch", 1, 64)])
@@ -31,22 +43,26 @@ Example:
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..errors import PredictorError
 from ..trials import FINISHED
-from .gp import GPPredictor
+from .gp import GPPredictor, evaluate_many
 
 if TYPE_CHECKING:
     import torch
 
     from ..space import Space
 
-__all__ = ["FeasibilityModel"]
+__all__ = ["CENSOR_MARGIN", "PRIOR_LOG_SD", "FeasibilityModel"]
 
+#: Spread (log scale) of a memory model's prediction before any trial corrects it: 0.1 = 10 %.
+PRIOR_LOG_SD = 0.1
+#: How far past the limit an out-of-memory trial's peak is taken to be (a censored observation).
+CENSOR_MARGIN = 1.05
 
 
 class FeasibilityModel:
@@ -57,6 +73,8 @@ class FeasibilityModel:
         seed: Seed of the GP fits.
         max_iter: Cap on each GP's L-BFGS-B iterations (None: to convergence); a searcher that
             refits after every trial caps it to stay fast.
+        memory_model: Optional prior of peak memory, ``config -> GiB`` (module doc); with it the
+            memory part answers before any trial, and fitting needs ``memory_limit``.
 
     Attributes:
         memory: The peak-memory :class:`GPPredictor` (GiB), or None (fewer than 2 trials with a
@@ -64,24 +82,50 @@ class FeasibilityModel:
         classifier: The ran/failed GP (labels +1/-1), or None (fewer than 2 trials, or all of one
             kind).
         all_failed: True when every trial the classifier saw failed (then it predicts 0).
+        memory_ratio: With a memory model and fewer than two trials for its GP: the log ratio
+            of measured to predicted peak memory applied to every configuration (0 with none).
     """
 
-    def __init__(self, space: Space, *, seed: int = 0, max_iter: int | None = None) -> None:
+    def __init__(self, space: Space, *, seed: int = 0, max_iter: int | None = None,
+                 memory_model: Callable[[dict], float] | None = None) -> None:
+        if memory_model is not None and not callable(memory_model):
+            raise PredictorError(f"memory_model = {memory_model!r:.60} is not callable",
+                                 hint="pass a function config -> predicted peak memory in GiB")
         self.space = space
         self.seed = seed
         self.max_iter = max_iter
+        self.memory_model = memory_model
         self.memory: GPPredictor | None = None
         self.classifier: GPPredictor | None = None
         self.all_failed = False
+        self.memory_ratio = 0.0
+
+    def prior_gib(self, configs: Sequence[dict]) -> np.ndarray:
+        """The memory model's prediction per configuration, GiB, checked (finite, > 0)."""
+        rows = evaluate_many("memory_model", self.memory_model, list(configs))
+        try:
+            out = np.asarray(rows, dtype=np.float64).reshape(len(rows))
+        except (TypeError, ValueError):
+            out = np.full(len(rows), np.nan)
+        bad = ~(np.isfinite(out) & (out > 0))
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise PredictorError(f"memory_model(configs[{i}]) = {rows[i]!r:.60} is not a "
+                                 "finite number of GiB > 0",
+                                 hint="return the predicted peak memory per GPU in GiB")
+        return out
 
     def fit(self, configs: Sequence[dict], statuses: Sequence[str],
-            peak_mem_gib: Sequence[float] | None = None) -> FeasibilityModel:
+            peak_mem_gib: Sequence[float] | None = None, *,
+            memory_limit: float | None = None) -> FeasibilityModel:
         """Fit both parts to finished trials.
 
         Args:
             configs: n configurations.
             statuses: n statuses: ``"ok"``, ``"oom"``, ``"failed"`` or ``"timeout"``.
             peak_mem_gib: n peak memories in GiB (NaN where unknown), used for ``"ok"`` trials.
+            memory_limit: Device memory in GiB; needed with a ``memory_model`` (the censored
+                observations of out-of-memory trials are relative to it).
 
         Returns:
             self.
@@ -112,8 +156,16 @@ class FeasibilityModel:
             labels.append(1.0 if status == "ok" else -1.0)
 
         self.memory = self.classifier = None
+        if self.memory_model is not None:
+            if memory_limit is None:
+                raise PredictorError("a FeasibilityModel with a memory_model needs memory_limit",
+                                     hint="fit(..., memory_limit=80) for an 80 GiB device")
+            self._fit_ratio(configs, statuses, mem, float(memory_limit))
+            keep = [s != "oom" for s in statuses]  # ooms taught the memory part
+            cls_cfgs = [c for c, k in zip(cls_cfgs, keep) if k]
+            labels = [v for v, k in zip(labels, keep) if k]
         self.all_failed = bool(labels) and all(v < 0 for v in labels)
-        if len({_key(c) for c in mem_cfgs}) >= 2:
+        if self.memory_model is None and len({_key(c) for c in mem_cfgs}) >= 2:
             self.memory = GPPredictor(self.space, "peak_mem_gib", seed=self.seed).fit(
                 mem_cfgs, mem_vals, max_iter=self.max_iter)
         if len(set(labels)) == 2 and len({_key(c) for c in cls_cfgs}) >= 2:
@@ -121,6 +173,29 @@ class FeasibilityModel:
                                           seed=self.seed).fit(cls_cfgs, labels,
                                                               max_iter=self.max_iter)
         return self
+
+    def _fit_ratio(self, configs: list[dict], statuses: list[str], mem: np.ndarray,
+                   limit: float) -> None:
+        """The GP (or constant) of measured / predicted peak memory (module doc)."""
+        prior = self.prior_gib(configs)
+        cfgs, ratios = [], []
+        for cfg, status, m, p in zip(configs, statuses, mem, prior, strict=True):
+            if status == "ok" and math.isfinite(m) and m > 0:
+                ratios.append(m / p)
+            elif status == "oom":
+                ratios.append(max(1.0, limit / p) * CENSOR_MARGIN)
+            elif status == "ok" and p > limit:
+                ratios.append(limit / p / CENSOR_MARGIN)
+            else:
+                continue
+            cfgs.append(cfg)
+        self.memory_ratio = float(np.mean(np.log(ratios))) if ratios else 0.0
+        if len({_key(c) for c in cfgs}) >= 2 and np.ptp(ratios) > 0:
+            try:
+                self.memory = GPPredictor(self.space, "peak_mem_ratio", seed=self.seed).fit(
+                    cfgs, ratios, max_iter=self.max_iter)
+            except PredictorError:
+                self.memory = None
 
     def predict(self, configs: Sequence[dict], memory_limit: float | None = None) -> np.ndarray:
         """Probability, per configuration, that it runs (and fits in ``memory_limit`` GiB).
@@ -137,29 +212,50 @@ class FeasibilityModel:
             return np.ones(0)
         X = self.classifier.encode(configs) if self.classifier is not None else \
             self.memory.encode(configs) if self.memory is not None else None
-        return self.predict_encoded(X, len(configs), memory_limit)
+        prior = None
+        if self.memory_model is not None and memory_limit is not None:
+            prior = self.prior_gib(configs)
+        return self.predict_encoded(X, len(configs), memory_limit, prior_gib=prior)
 
     def predict_encoded(self, X: torch.Tensor | None, n: int,
-                        memory_limit: float | None = None) -> np.ndarray:
+                        memory_limit: float | None = None, *,
+                        prior_gib: np.ndarray | None = None, log: bool = False,
+                        when_all_failed: np.ndarray | None = None) -> np.ndarray:
         """:meth:`predict` of ``n`` configurations already encoded (``space.encode``, shape
-        (n, d)); ``X`` may be None when neither GP is fitted."""
+        (n, d)); ``X`` may be None when neither GP is fitted. With a ``memory_model``,
+        ``prior_gib`` holds its prediction for each of the ``n`` (a searcher computes it once
+        per pool); without it the memory part is left out. ``log=True`` returns ``log P``,
+        exact far into the tail (a searcher weighing its acquisition by it can then tell a
+        configuration 5 % over the limit from one 5 times over: ``P`` itself rounds to 0).
+        ``when_all_failed``: the log probability of the failure part to use while every trial
+        failed (default: P = 0 everywhere; a searcher passes one that grows with the distance
+        to the failures)."""
         from scipy.stats import norm
 
-        p = np.ones(n)
+        logp = np.zeros(n)
+        if self.all_failed and when_all_failed is None:
+            return np.full(n, -np.inf) if log else np.zeros(n)
         if self.all_failed:
-            return np.zeros(n)
+            logp += np.asarray(when_all_failed, dtype=np.float64)
         if self.classifier is not None:
             mu, var = self.classifier.posterior_encoded(X)
-            p *= norm.cdf(mu / np.sqrt(var + self.classifier._new_noise_var))
+            logp += norm.logcdf(mu / np.sqrt(var + self.classifier._new_noise_var))
         if memory_limit is not None:
             if not (isinstance(memory_limit, (int, float)) and memory_limit > 0):
                 raise PredictorError(f"memory_limit = {memory_limit!r} must be > 0 (GiB)",
                                      hint="e.g. memory_limit=80 for an 80 GiB device")
-            if self.memory is not None:
+            if self.memory_model is not None and prior_gib is not None:
+                mu, var = np.full(n, self.memory_ratio), np.full(n, PRIOR_LOG_SD**2)
+                if self.memory is not None:
+                    mu, var = self.memory.posterior_encoded(X)
+                    var = var + self.memory._new_noise_var
+                mu = mu + np.log(np.asarray(prior_gib, dtype=np.float64))
+                logp += norm.logcdf((math.log(memory_limit) - mu) / np.sqrt(var))
+            elif self.memory is not None and self.memory_model is None:
                 mu, var = self.memory.posterior_encoded(X)
                 sd = np.sqrt(var + self.memory._new_noise_var)
-                p *= norm.cdf((math.log(memory_limit) - mu) / sd)
-        return p
+                logp += norm.logcdf((math.log(memory_limit) - mu) / sd)
+        return logp if log else np.exp(logp)
 
 
 def _key(config: dict) -> tuple:

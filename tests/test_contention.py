@@ -1,0 +1,128 @@
+"""Tests for the contention guard and the drift reference, on real processes (Linux ``/proc``).
+
+The competing load is real: busy Python processes, one per core this process may use, killed in
+``finally``. Each test takes a few seconds.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pytest
+
+from cubicml_lab.hardware import CpuContention, ReferenceWork, tune_cpu_allocator
+from cubicml_lab.launch.worker import THREAD_WAIT_ENV, set_thread_waiting
+from cubicml_lab.trials import run_trial
+
+linux = pytest.mark.skipif(not CpuContention.available(), reason="needs Linux /proc")
+
+TINY_GPT = {"d_model": 64, "n_layers": 2, "n_heads": 2, "seq_len": 64, "vocab": 512,
+            "micro_batch": 8}
+
+
+def cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+
+
+@contextmanager
+def busy_processes(n: int) -> Iterator[list[subprocess.Popen]]:
+    """``n`` CPU-bound processes (``while True: pass``) for the duration of the block."""
+    procs: list[subprocess.Popen] = []
+    try:
+        for _ in range(n):
+            procs.append(subprocess.Popen([sys.executable, "-c", "while True: pass"]))
+        time.sleep(0.3)  # let them start spinning
+        yield procs
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+
+
+@linux
+def test_guard_flags_a_trial_beside_competing_processes() -> None:
+    spec = {"workload": "gpt", "config": TINY_GPT,
+            "measure": {"max_time_s": 2.0, "contended_budget": 1.0, "warmup_max_s": 1.0}}
+    with busy_processes(cores()):
+        res = run_trial(spec)
+    m = res.metrics
+    assert res.status == "ok", res.error
+    assert m["contended"] == 1.0, m
+    assert m["contended_windows"] >= 1 and m["contended_s"] > 2.0
+    assert m["cpu_wait"] > 0.1  # the trial's threads waited for a core
+    assert m["throughput_log_var"] >= 0.05  # and the figure says it is not to be trusted
+    assert m["target_met"] == 0.0
+
+
+@linux
+def test_guard_sees_the_wait_of_a_busy_thread() -> None:
+    def spin(seconds: float) -> None:
+        t0 = time.perf_counter()
+        while time.perf_counter() - t0 < seconds:
+            pass
+
+    guard = CpuContention(threads=1)
+    with busy_processes(cores()):
+        waits = []
+        for _ in range(5):
+            guard.start()
+            spin(0.1)
+            contended, fig = guard.stop()
+            waits.append(fig["cpu_wait"])
+    # cores + 1 runnable threads on `cores` cores: this one waits about 1 / (cores + 1)
+    assert statistics.median(waits) > 0.1, waits
+    assert 0.0 <= fig["cpu_util"] <= 1.05
+
+
+@linux
+def test_reference_is_stable_on_an_idle_machine() -> None:
+    import torch
+
+    tune_cpu_allocator()  # as run_trial does: without it page faults add ~15% noise
+    ref = ReferenceWork()
+    guard = CpuContention(torch.get_num_threads())
+    clean = []
+    for _ in range(20):
+        guard.start()
+        seconds = ref.sample()
+        contended, _ = guard.stop()
+        if not contended:
+            clean.append(seconds)
+    if len(clean) < 10:
+        pytest.skip(f"machine busy: {len(clean)} of 20 reference samples clean")
+    q1, med, q3 = statistics.quantiles(clean, n=4)
+    assert (q3 - q1) / med <= ReferenceWork.tolerance, clean
+    half = len(clean) // 2
+    first, second = statistics.median(clean[:half]), statistics.median(clean[half:])
+    assert abs(first / second - 1) <= ReferenceWork.tolerance, clean
+    assert 0.01 <= ref.steps * med <= 0.06  # a sample lasts about 20 ms
+
+
+def test_thread_waiting_env_is_set_unless_the_caller_chose() -> None:
+    env: dict[str, str] = {}
+    assert set_thread_waiting(env) == THREAD_WAIT_ENV and env == THREAD_WAIT_ENV
+    env = {"GOMP_SPINCOUNT": "5"}
+    set_thread_waiting(env)
+    assert env["GOMP_SPINCOUNT"] == "5"
+    env = {"OMP_WAIT_POLICY": "ACTIVE"}
+    assert set_thread_waiting(env) == {} and env == {"OMP_WAIT_POLICY": "ACTIVE"}
+
+
+def test_throttle_guard_flags_a_window_with_a_slowdown_sample() -> None:
+    from cubicml_lab.hardware import GpuTelemetry, ThrottleGuard
+
+    telemetry = GpuTelemetry("cuda")  # never entered: samples are added by hand
+    guard = ThrottleGuard(telemetry)
+    guard.start()
+    telemetry.samples.append({"throttle_mask": 0x40, "t": time.perf_counter()})  # hw thermal
+    contended, fig = guard.stop()
+    assert contended and fig == {"throttled": 1.0}
+    telemetry.samples[:] = [{"throttle_mask": 0x4 | 0x1, "t": time.perf_counter()}]
+    guard.start()
+    assert guard.stop()[0] is False  # power cap and idle are the device's steady state

@@ -1,0 +1,207 @@
+"""BayesianSearch with a physics prior: cost model, memory model, history, observed noise."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import cubicml_lab as cml
+from cubicml_lab.errors import ConfigError, SearchError
+from cubicml_lab.search import BayesianSearch
+from cubicml_lab.search.describe import searcher_from_dict, searcher_to_dict
+from cubicml_lab.space import Choice, Int, PowerOfTwo, Space
+
+LIMIT = 12.0
+
+
+@pytest.fixture
+def space() -> Space:
+    return Space([Int("layers", 1, 8), PowerOfTwo("micro_batch", 1, 16),
+                  Choice("recompute", ["none", "full"])])
+
+
+def memory_gib(cfg: dict) -> float:
+    """Made-up peak memory: layers x micro-batch, a quarter of it with full recompute."""
+    return 0.5 * cfg["layers"] * cfg["micro_batch"] * (0.25 if cfg["recompute"] == "full" else 1)
+
+
+def cost_terms(cfg: dict) -> list[float]:
+    """Seconds per sample: compute (1/3 more with recompute) and a per-micro-batch overhead."""
+    return [cfg["layers"] * (4 / 3 if cfg["recompute"] == "full" else 1.0),
+            2.0 / cfg["micro_batch"]]
+
+
+def throughput(cfg: dict) -> float:
+    return 1000.0 / sum(cost_terms(cfg))
+
+
+def measure(cfg: dict, true_memory=memory_gib) -> tuple[dict | None, str]:
+    if true_memory(cfg) > LIMIT:
+        return None, "oom"
+    return {"throughput": throughput(cfg), "peak_mem_gib": true_memory(cfg)}, "ok"
+
+
+def test_memory_model_keeps_predicted_oom_configs_out_of_the_first_proposals(space):
+    with_prior = BayesianSearch(space, seed=0, cost_model=cost_terms, memory_model=memory_gib,
+                                memory_limit_gib=LIMIT)
+    first = with_prior.ask(4)
+    assert with_prior.last_ask_info["phase"] == "prior"
+    assert all(memory_gib(c) <= LIMIT for c in first)
+    assert all(p >= 0.5 for p in with_prior.last_ask_info["p_feasible_of_picks"])
+    # diverse: every pair differs in at least 2 knobs
+    assert all(sum(a[k] != b[k] for k in space.names) >= 2
+               for i, a in enumerate(first) for b in first[i + 1:])
+    # the first pick is the prior's best among those predicted to fit
+    fits = [c for c in space.enumerate() if memory_gib(c) <= LIMIT]
+    assert throughput(first[0]) == max(throughput(c) for c in fits)
+    # a memory model alone (no cost model) keeps the space-filling design inside the limit
+    memory_only = BayesianSearch(space, seed=1, memory_model=memory_gib, memory_limit_gib=LIMIT)
+    assert all(memory_gib(c) <= LIMIT for c in memory_only.ask(4))
+
+
+def test_ooms_are_learned_from_the_first_trial(space):
+    # the true peak is 1.6x what the memory model says: its best pick runs out of memory
+    def true_memory(cfg):
+        return 1.6 * memory_gib(cfg)
+
+    s = BayesianSearch(space, seed=0, cost_model=cost_terms, memory_model=memory_gib,
+                       memory_limit_gib=LIMIT)
+    [cfg] = s.ask()
+    values, status = measure(cfg, true_memory)
+    assert status == "oom"
+    s.tell(cfg, values, status=status)
+    s.ask()
+    fm = s.feasibility_model
+    assert fm is not None and fm.memory_ratio > math.log(LIMIT / memory_gib(cfg))
+    # one oom taught it that configurations needing as much memory do not fit
+    assert fm.predict([cfg], memory_limit=LIMIT)[0] < 0.5
+    ooms = 1
+    for _ in range(6):
+        [cfg] = s.ask()
+        values, status = measure(cfg, true_memory)
+        ooms += status == "oom"
+        s.tell(cfg, values, status=status)
+    assert ooms <= 3
+    # without a memory model, the first oom (and one ok) already weigh the space-filling design
+    plain = BayesianSearch(space, seed=0, n_init=6)
+    plain.tell({"layers": 8, "micro_batch": 16, "recompute": "none"}, None, status="oom")
+    plain.tell({"layers": 1, "micro_batch": 1, "recompute": "full"}, {"throughput": 300.0})
+    plain.ask()
+    assert plain.last_ask_info["phase"] == "initial" and plain.feasibility_model is not None
+
+
+def replay(s: BayesianSearch, obj: cml.TableObjective, budget: int) -> int:
+    """Trials until the table's best was found (budget + 1 if never)."""
+    runs = obj.replay(s, budget)
+    hit = runs.index[runs["regret"] <= 1e-12]
+    return int(hit[0]) + 1 if len(hit) else budget + 1
+
+
+def table(space: Space, noise: float, seed: int) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    rows = []
+    for c in space.enumerate():
+        values, status = measure(c)
+        rows.append({**c, "status": status, "throughput":
+                     values["throughput"] * math.exp(rng.normal(0, noise)) if values else None})
+    return pd.DataFrame(rows)
+
+
+@pytest.mark.slow  # about 50 GP fits
+def test_history_of_the_same_table_speeds_convergence(space):
+    target = table(space, 0.01, 1)
+    obj = cml.TableObjective(target, "throughput", status_col="status", space=space)
+    history = table(space, 0.01, 2).sample(30, random_state=0)
+    plain, helped = [], []
+    for seed in range(2):
+        obj.reset()
+        plain.append(replay(BayesianSearch(space, seed=seed, candidates=obj.configs()), obj, 15))
+        obj.reset()
+        s = BayesianSearch(space, seed=seed, candidates=obj.configs(), history=[history])
+        helped.append(replay(s, obj, 15))
+        assert s.history_model.active
+    assert sum(helped) < sum(plain), (helped, plain)
+
+
+def test_unrelated_history_is_dropped_once_it_does_not_rank_the_trials(space):
+    history = table(space, 0.0, 3)
+    ok = history["status"] == "ok"
+    history.loc[ok, "throughput"] = 1e4 / history.loc[ok, "throughput"]  # upside down
+    s = BayesianSearch(space, seed=0, history=[history], memory_model=memory_gib,
+                       memory_limit_gib=LIMIT)
+    for _ in range(6):
+        [cfg] = s.ask()
+        values, status = measure(cfg)
+        s.tell(cfg, values, status=status)
+    s.ask()
+    assert not s.history_model.active and s.history_model.tau < 0.2
+
+
+def test_history_from_a_campaign_of_a_store(space, tmp_path):
+    store = cml.TrialStore(tmp_path / "lab.sqlite")
+    store.create_campaign("old", workload="gpt")
+    for cfg in space.enumerate()[::3]:
+        values, status = measure(cfg)
+        store.record_trial("old", cfg, status=status, metrics=values or {}, workload="gpt")
+    s = BayesianSearch(space, seed=0, history=["old"], store=store)
+    assert s.history_model.n_used > 5 and s.history_names == ["old"]
+    [cfg] = s.ask()
+    assert s.last_ask_info["phase"] == "prior"
+    assert searcher_to_dict(s)["history"] == ["old"]
+    back = searcher_from_dict(space, {**searcher_to_dict(s)})
+    assert back.history_names == ["old"] and back.history_model.n_used == s.history_model.n_used
+
+
+@pytest.mark.parametrize("kwargs, field", [
+    ({"memory_model": memory_gib}, "memory_limit_gib"),
+    ({"memory_model": 80.0, "memory_limit_gib": 80}, "memory_model"),
+    ({"cost_model": "physics"}, "cost_model"),
+    ({"history": [42]}, "history[0]"),
+    ({"history": "gpt-13b"}, "history"),
+    ({"history": ["gpt-13b"], "store": "/nonexistent/dir/none.sqlite"}, "gpt-13b"),
+])
+def test_bad_arguments_raise_errors_naming_the_field_and_the_fix(space, kwargs, field):
+    with pytest.raises(SearchError) as err:
+        BayesianSearch(space, **kwargs)
+    assert field in err.value.message and err.value.hint
+
+
+def test_history_names_need_a_store(space, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # no data/lab.sqlite here
+    with pytest.raises(SearchError, match="no store was given") as err:
+        BayesianSearch(space, history=["gpt-13b"])
+    assert "store=" in err.value.hint
+    store = cml.TrialStore(tmp_path / "lab.sqlite")
+    with pytest.raises(SearchError, match="is not a campaign"):
+        BayesianSearch(space, history=["gpt-13b"], store=store)
+
+
+def test_functions_cannot_be_written_to_a_campaign_file(space):
+    s = BayesianSearch(space, memory_model=memory_gib, memory_limit_gib=LIMIT)
+    with pytest.raises(ConfigError, match="memory_model"):
+        searcher_to_dict(s)
+    plain = BayesianSearch(space, memory_limit_gib=LIMIT, seed=3)
+    assert searcher_to_dict(searcher_from_dict(space, searcher_to_dict(plain))) == \
+        searcher_to_dict(plain)
+
+
+def test_observed_noise_and_contended_trials_enter_the_gp(space):
+    s = BayesianSearch(space, seed=0, n_init=3)
+    cfgs = space.enumerate()[:5]
+    s.tell(cfgs[0], {"throughput": 100.0, "throughput_rel_ci": 0.02})
+    s.tell(cfgs[1], {"throughput": 120.0})  # no CI: the median of the others
+    s.tell(cfgs[2], {"throughput": 90.0, "throughput_rel_ci": 0.04, "contended": True})
+    configs, values, rel = s._gp_data()
+    assert len(configs) == 3 and rel.tolist() == [0.02, 0.03, 0.1]
+    s.ask()
+    assert s.last_ask_info["phase"] == "bo" and s.predictor._fixed_noise
+    # contended without any spread told: left out of the objective GP while 2 others remain
+    t = BayesianSearch(space, seed=0, n_init=3)
+    t.tell(cfgs[0], {"throughput": 100.0})
+    t.tell(cfgs[1], {"throughput": 120.0})
+    t.tell(cfgs[2], {"throughput": 10.0, "contended": 1.0})
+    configs, values, rel = t._gp_data()
+    assert rel is None and values.tolist() == [100.0, 120.0]
