@@ -94,12 +94,25 @@ class SlurmCluster:
         self.procs.clear()
         self.pids.clear()
         shutil.rmtree(self.folder, ignore_errors=True)
+        remove_stale_cgroups()
 
     def __enter__(self) -> SlurmCluster:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def remove_stale_cgroups() -> None:
+    """Remove the empty cgroup v1 folders Slurm left for this node's jobs (deepest first);
+    ``rmdir`` refuses a cgroup that still holds a process, so nothing alive is touched."""
+    for root in Path("/sys/fs/cgroup").glob(f"*/slurm_{NODE}"):
+        for path in sorted((p for p in root.rglob("*") if p.is_dir()),
+                           key=lambda p: len(p.parts), reverse=True):
+            try:
+                path.rmdir()
+            except OSError:
+                pass
 
 
 def _write(path: Path, text: str, mode: int = 0o644) -> Path:
@@ -110,6 +123,10 @@ def _write(path: Path, text: str, mode: int = 0o644) -> Path:
 
 def _slurm_conf(d: Path, ports: dict[str, int], cpus: int, mem_mib: int) -> str:
     socket_path = d / "munge" / "munge.socket"
+    # job ids differ from one start to the next, so a job never meets the cgroup folder that a
+    # killed earlier cluster left under the same id (its cpuset then refuses the job, and the
+    # node drains)
+    first_job_id = 1000 + int(time.time()) % 50_000_000
     return f"""\
 ClusterName=cubicml
 SlurmctldHost={NODE}(127.0.0.1)
@@ -138,6 +155,7 @@ SchedulerType=sched/backfill
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core_Memory
 DefMemPerCPU=1024
+FirstJobId={first_job_id}
 AccountingStorageType=accounting_storage/slurmdbd
 AccountingStorageHost=127.0.0.1
 AccountingStoragePort={ports["dbd"]}
@@ -214,6 +232,7 @@ def start_cluster(*, cpus: int | None = None, mem_mib: int = 4096,
     if missing:
         raise RuntimeError(f"missing {', '.join(missing)}: apt-get install {PACKAGES}")
     t0 = time.monotonic()
+    remove_stale_cgroups()
     d = Path(tempfile.mkdtemp(prefix="cubicml-slurm-"))
     d.chmod(0o755)
     for sub in ("munge", "db", "state", "spool/slurmd", "run", "log"):

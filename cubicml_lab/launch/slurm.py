@@ -231,8 +231,9 @@ class Slurm(Launcher):
             params["mem"] = f"{max(1, round(self.mem_gib * 1024))}M"
         if self.setup:
             params["setup"] = list(self.setup)
-        if self.extra_sbatch:
-            params["additional_parameters"] = dict(self.extra_sbatch)
+        # Slurm's own requeue of a failed node's job would run the trial twice: this launcher
+        # submits it again itself (up to max_requeue) and follows the new job
+        params["additional_parameters"] = {"no_requeue": True, **self.extra_sbatch}
         return params
 
     def cancel(self) -> None:
