@@ -128,14 +128,17 @@ table[["trial_id", "status", *space.names, "tokens_per_s", "step_time_rel_ci",
 # cml.launch.LocalPool(1, device="cuda")                  # 8 GPUs: 8 trials at once, a GPU each
 # cml.launch.LocalPool(1)                                 # this CPU: a trial per core, pinned
 # cml.launch.Slurm(partition="gpu", gpus_per_node=1, time_limit_min=30)  # a Slurm job per trial
+# cml.launch.Slurm(nodes=2, nproc_per_node=8, gpus_per_node=8)   # srun + torchrun on 2 nodes
 # ```
 #
 # With a `LocalPool`, `campaign.run(budget, parallel=pool.slots)` keeps every slot busy, and
 # two trials never share a core or a GPU.
 #
 # `Slurm` submits each trial as a job through submitit and turns Slurm's end states into trial
-# statuses (see the README's "On a GPU box or a cluster"). The next cell runs a trial on the GPU
-# when this kernel has one, and says so when it does not.
+# statuses (see the README's "On a GPU box or a cluster"). If this kernel dies while jobs run,
+# building the same campaign again (same store, same name) and calling `run` collects those jobs
+# instead of launching them again; `campaign.stop()` cancels them. The next cell runs a trial on
+# the GPU when this kernel has one, and says so when it does not.
 
 # %%
 if DEVICE == "cuda":
