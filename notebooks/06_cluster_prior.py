@@ -30,8 +30,8 @@
 # notebook needs no GPU. The table is **an analytical model, not measurements**, generated with
 # deliberately different constants (GEMM efficiency, overlaps, latencies, memory reserve, per-step
 # overhead) from the prior's, so that the prior is wrong in its details as it will be on a real
-# cluster. Runtime: about 2 minutes on 2 CPU cores at the full budget, well under a minute in
-# smoke mode.
+# cluster. Runtime: about 3 minutes on 2 CPU cores at the full budget, under a minute in smoke
+# mode.
 
 # %%
 import os
@@ -55,6 +55,8 @@ WORKERS = 2  # processes that replay searches side by side
 ROOT = Path.cwd().parent if Path.cwd().name == "notebooks" else Path.cwd()
 RUNS = Path(os.environ.get("CUBICML_LAB_RUNS", ROOT / "runs"))  # git-ignored
 RUNS.mkdir(parents=True, exist_ok=True)
+if SMOKE:
+    print(f"smoke run: {SEEDS} seeds of {BUDGET} trials; the figures below are not the findings")
 
 # %% [markdown]
 # ## 1. The job, in its own facts
@@ -84,13 +86,15 @@ layouts = pd.DataFrame([  # every row names the same knobs: a frame holds no "le
 ])
 terms = job.cost_terms_frame(layouts)
 memory = job.memory_gib_frame(layouts)
-labels = [", ".join(f"{k}={v}" for k, v in row.items()) for row in layouts.to_dict("records")]
-fig, (ax, mx) = plt.subplots(1, 2, figsize=(11, 3.6), width_ratios=[3, 1.2], sharey=True)
+short = {"micro_batch": "mb", "virtual_stages": "vs"}
+labels = [" ".join(f"{short.get(k, k)}={v}" for k, v in row.items())
+          for row in layouts.to_dict("records")]
+fig, (ax, mx) = plt.subplots(1, 2, figsize=(11, 4.2), width_ratios=[3, 1.2], sharey=True)
 terms[terms.columns[terms.sum() > 0]].set_index(pd.Index(labels)).plot.barh(
     stacked=True, ax=ax, width=0.7, colormap="tab20")
 ax.set_xlabel("seconds per step (model)")
 ax.set_title(f"{MODEL} on {N_GPUS} x {GPU}: where a step's time goes")
-ax.legend(fontsize=7, ncol=2, loc="lower right")
+ax.legend(fontsize=8, ncol=5, loc="upper center", bbox_to_anchor=(0.5, -0.2), frameon=False)
 mx.barh(labels, memory, color=["C3" if m > job.memory_limit_gib else "C2" for m in memory])
 mx.axvline(job.memory_limit_gib, color="k", ls="--", lw=1)
 mx.set_xlabel("peak memory per GPU, GiB")
