@@ -46,6 +46,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .campaign_view import CampaignView
 from .errors import ConfigError, LaunchError, SearchError, SpaceError, StoreError
 from .trials import TrialResult
 from .search.proposal import Proposal
@@ -94,16 +95,18 @@ def format_trial(trial_id: int, space: Space, config: Mapping[str, Any], result:
         m = result.metrics
         unit = "tokens/s" if "tokens_per_s" in m else "units/s"
         value = m.get(objective, math.nan)
-        shown = f"{value:>12,.0f} {unit}" if objective == "throughput" else f"{objective}={value:.4g}"
+        shown = (f"{value:>12,.0f} {unit}" if objective == "throughput"
+                 else f"{objective}={value:.4g}")
         spread = m.get("step_time_rel_ci", math.nan)
-        return (f"trial {trial_id:>3}  ok       {shown}  step {m.get('step_time_s', math.nan):.3f} s "
+        step = m.get("step_time_s", math.nan)
+        return (f"trial {trial_id:>3}  ok       {shown}  step {step:.3f} s "
                 f"(±{100 * spread:.1f}%)  {knobs}")
     reason = (result.error or "").strip().splitlines()
     short = reason[-1][:80] if reason else ""
     return f"trial {trial_id:>3}  {result.status:<8} {'-':>21}  {knobs}  [{short}]"
 
 
-class Campaign:
+class Campaign(CampaignView):
     """A named series of trials of one workload over one space, stored as it goes.
 
     Args:
@@ -215,17 +218,14 @@ class Campaign:
                 for i in picks:
                     self.workload.resolve({**base, p.name: values[i]})
 
-    @property
-    def objective(self) -> str:
-        return getattr(self.searcher, "objective", "throughput")
-
     def _open_in_store(self) -> None:
         spec = self.space.to_dict()
         if self.name in self.store.campaigns():
             info = self.store.campaign_info(self.name)
             if info.get("space") not in (None, spec):
                 raise StoreError(
-                    f"campaign {self.name!r} already exists in {self.store.path} with another space",
+                    f"campaign {self.name!r} already exists in {self.store.path} with another "
+                    "space",
                     hint="give this campaign a new name, or rebuild the space it was run with "
                          "(Space.from_dict(store.campaign_info(name)['space']))",
                 )
@@ -247,7 +247,7 @@ class Campaign:
         return cfg
 
     def _record_config(self, params: Mapping[str, Any]) -> dict[str, Any]:
-        """Everything a trial ran with: workload defaults, fixed knobs, the resolved space values."""
+        """Everything a trial ran with: workload defaults, fixed knobs, resolved space values."""
         full = self.workload.resolve(self._workload_config(params))
         full.update(self.space.resolve(params))
         return full
@@ -815,159 +815,38 @@ class Campaign:
         except Exception as err:  # a launcher bug must not lose the campaign: record it as data
             return _launcher_failure(err)
 
-    # -- campaign files ------------------------------------------------------------------------
+    # -- campaign files (cubicml_lab.campaign_file) -------------------------------------------
     def to_dict(self, budget: int | None = None, parallel: int | None = None) -> dict[str, Any]:
         """The campaign as plain data, the form of a campaign file (see :meth:`from_yaml`).
 
         Raises:
             ConfigError: The searcher holds what a file cannot (a cost model function, ...).
         """
-        from .search.describe import searcher_to_dict
+        from .campaign_file import campaign_to_dict
 
-        return {"name": self.name, "workload": self.workload.name, "space": self.space.to_dict(),
-                "fixed": dict(self.fixed), "device": self.device,
-                "measure_options": dict(self.measure_options), "reference": self.reference,
-                "launcher": self.launcher.describe(), "searcher": searcher_to_dict(self.searcher),
-                "store": str(self.store.path),
-                "budget": self.budget if budget is None else budget,
-                "parallel": self.parallel if parallel is None else parallel}
+        return campaign_to_dict(self, budget, parallel)
 
     def to_yaml(self, path: str | os.PathLike[str], budget: int | None = None,
                 parallel: int | None = None) -> Path:
         """Write the campaign file that ``cubicml-lab run PATH`` (or :meth:`from_yaml`) starts
         or resumes, e.g. to let a long campaign live in tmux or as a job of its own."""
-        import yaml
+        from .campaign_file import write_campaign_file
 
-        data = self.to_dict(budget, parallel)
-        out = Path(path)
-        out.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
-        return out
+        return write_campaign_file(self, path, budget, parallel)
 
     @classmethod
     def from_yaml(cls, path: str | os.PathLike[str]) -> Campaign:
         """The campaign a campaign file describes, ready to :meth:`run` (budget and parallel
-        from the file). Checked like a space: unknown keys, bad values and a bad space, launcher
-        or searcher are refused naming the field; nothing in the file is executed. Keys:
-        ``name``, ``workload``, ``space`` (required); ``fixed``, ``device``,
-        ``measure_options``, ``reference``, ``launcher`` (default subprocess), ``searcher``
-        (default bayesian), ``store`` (default ``data/lab.sqlite``, relative to the working
-        directory), ``budget``, ``parallel``.
+        from the file); see :func:`~cubicml_lab.campaign_file.campaign_from_file` for its keys.
+        Checked like a space: unknown keys, bad values and a bad space, launcher or searcher are
+        refused naming the field; nothing in the file is executed.
 
         Raises:
             ConfigError, SpaceError, StoreError: What is wrong, with the file's path.
         """
-        from .launch.describe import launcher_from_dict
-        from .search.describe import searcher_from_dict
+        from .campaign_file import campaign_from_file
 
-        data = _read_campaign_file(path)
-        try:
-            space = Space.from_dict(data["space"])
-        except SpaceError as err:
-            raise SpaceError(f"{path}: space: {err.message}", hint=err.hint or "") from None
-        camp = cls(str(data["name"]), space, workload=data["workload"],
-                   launcher=launcher_from_dict(data.get("launcher") or {"kind": "subprocess"}),
-                   searcher=searcher_from_dict(space, data.get("searcher") or {}),
-                   store=TrialStore(data.get("store") or "data/lab.sqlite"),
-                   device=data.get("device") or "cpu", measure_options=data.get("measure_options"),
-                   fixed=data.get("fixed"), reference=data.get("reference"))
-        for key, default in (("budget", None), ("parallel", 1)):
-            value = data.get(key, default)
-            if value is not None and (not isinstance(value, int) or isinstance(value, bool)
-                                      or value < 1):
-                raise ConfigError(f"{path}: {key} = {value!r} must be a positive int",
-                                  hint=f"e.g. {key}: {12 if key == 'budget' else 1}")
-            setattr(camp, key, value)
-        return camp
-
-    # -- reading back --------------------------------------------------------------------------
-    def trials(self) -> list[Trial]:
-        """Every trial of this campaign in the store, by id."""
-        return self.store.trials(self.name)
-
-    def dataframe(self) -> pd.DataFrame:
-        """The campaign's trials as a DataFrame (one row per trial)."""
-        return self.store.to_dataframe(self.name)
-
-    def best(self) -> tuple[dict[str, Any], float]:
-        """The best finished ``ok`` trial's searched parameters and objective value."""
-        direction = getattr(self.searcher, "direction", "maximize")
-        ok = [t for t in self.trials() if t.status == "ok" and self.objective in t.metrics]
-        if not ok:
-            raise SearchError(f"campaign {self.name!r} has no successful trial yet",
-                              hint="run it, or look at the errors with campaign.dataframe()")
-        pick = max if direction == "maximize" else min
-        best = pick(ok, key=lambda t: t.metrics[self.objective])
-        return {n: best.config[n] for n in self.space.names}, float(best.metrics[self.objective])
-
-    def reference_value(self) -> float | None:
-        """The objective measured for :attr:`reference` (its first ok trial), or None."""
-        if self.reference is None:
-            return None
-        key = self.space.key(self.reference)
-        for t in self.trials():
-            if t.status == "ok" and self.objective in t.metrics and \
-                    self.space.key({n: t.config[n] for n in self.space.names}) == key:
-                return float(t.metrics[self.objective])
-        return None
-
-    def summary(self) -> dict[str, Any]:
-        """What a person glances at: trials by status, the best so far against the reference,
-        why the last run stopped, the proposals waiting.
-
-        Returns:
-            A dict with ``trials`` (count), ``by_status`` ({status: count}), ``best_config``,
-            ``best`` (objective value), ``reference`` (its value), ``speedup`` (best /
-            reference, for a maximised objective), ``stop_reason``, ``waiting``.
-        """
-        trials = self.trials()
-        by_status: dict[str, int] = {}
-        for t in trials:
-            by_status[t.status] = by_status.get(t.status, 0) + 1
-        try:
-            best_config, best = self.best()
-        except SearchError:
-            best_config, best = None, None
-        ref = self.reference_value()
-        speedup = None
-        if best is not None and ref:
-            maximize = getattr(self.searcher, "direction", "maximize") == "maximize"
-            speedup = best / ref if maximize else ref / best
-        return {"trials": len(trials), "by_status": by_status, "best_config": best_config,
-                "best": best, "reference": ref, "speedup": speedup,
-                "stop_reason": self.stop_reason, "waiting": len(self.proposals)}
-
-    def _facts(self) -> list[tuple[str, Any]]:
-        s = self.summary()
-        facts: list[tuple[str, Any]] = [
-            ("workload", self.workload.name), ("launcher", repr(self.launcher)),
-            ("searcher", type(self.searcher).__name__), ("store", str(self.store.path)),
-            ("trials", ", ".join(f"{n} {st}" for st, n in s["by_status"].items()) or "none yet")]
-        if s["best"] is not None:
-            facts.append((f"best {self.objective}", s["best"]))
-            facts.append(("best config", ", ".join(f"{k}={v}" for k, v in s["best_config"].items())))
-        if s["reference"] is not None:
-            facts.append((f"reference {self.objective}", s["reference"]))
-        if s["speedup"] is not None:
-            facts.append(("speed-up over reference", f"{s['speedup']:.2f}x"))
-        if s["stop_reason"]:
-            facts.append(("stopped", s["stop_reason"]))
-        return facts
-
-    def __repr__(self) -> str:
-        return (f"Campaign({self.name!r}, workload={self.workload.name!r}, "
-                f"store={str(self.store.path)!r}, trials={len(self.trials())})")
-
-    def __str__(self) -> str:
-        from ._html import fmt
-
-        return f"Campaign {self.name!r}\n" + "\n".join(f"  {k}: {fmt(v)}"
-                                                     for k, v in self._facts())
-
-    def _repr_html_(self) -> str:
-        from ._html import card
-
-        return card(f"Campaign '{self.name}'", self._facts(),
-                    note="campaign.dataframe(): one row per trial")
+        return campaign_from_file(cls, path)
 
     @classmethod
     def from_store(cls, store: TrialStore, name: str, **kwargs: Any) -> Campaign:
@@ -1004,47 +883,3 @@ class Campaign:
     def _sync_told(self) -> None:
         for t in self.trials():
             self._tell(t)
-
-    def wall_time_s(self) -> float:
-        """Seconds from the first trial's start to the last trial's end."""
-        times = [(t.started_at, t.ended_at) for t in self.trials() if t.started_at and t.ended_at]
-        return max(e for _, e in times) - min(s for s, _ in times) if times else 0.0
-
-
-_FILE_KEYS = ("name", "workload", "space", "fixed", "device", "measure_options", "reference",
-              "launcher", "searcher", "store", "budget", "parallel")
-
-
-def _read_campaign_file(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """A campaign file's mapping, checked for its shape (safe YAML loader, at most 1 MiB)."""
-    import yaml
-
-    try:
-        raw = Path(path).read_bytes()
-    except OSError as err:
-        raise ConfigError(f"cannot read campaign file {path}: {err.strerror or err}",
-                          hint="pass the path of a YAML file (Campaign.to_yaml writes one)") \
-            from None
-    if len(raw) > 1 << 20:
-        raise ConfigError(f"{path}: {len(raw):,} bytes, more than a campaign file's 1 MiB",
-                          hint="a campaign file holds a space and a few options")
-    try:
-        data = yaml.safe_load(raw.decode("utf-8"))
-    except (UnicodeDecodeError, yaml.YAMLError, RecursionError) as err:
-        raise ConfigError(f"{path}: not UTF-8 YAML ({str(err).splitlines()[0][:160]})",
-                          hint="fix the file") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: a campaign file is a mapping, got {type(data).__name__}",
-                          hint="keys: " + ", ".join(_FILE_KEYS))
-    unknown = sorted(str(k) for k in set(data) - set(_FILE_KEYS))
-    missing = [k for k in ("name", "workload", "space") if k not in data]
-    if unknown or missing:
-        raise ConfigError(f"{path}: " + (f"unknown key(s) {unknown}" if unknown else
-                                         f"missing key(s) {missing}"),
-                          hint="keys: " + ", ".join(_FILE_KEYS) + " (name, workload, space "
-                               "required)")
-    for key in ("fixed", "measure_options", "reference"):
-        if data.get(key) is not None and not isinstance(data[key], dict):
-            raise ConfigError(f"{path}: {key} must be a mapping, got {data[key]!r:.80}",
-                              hint=f"e.g. {key}: {{}}")
-    return data

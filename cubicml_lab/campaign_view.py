@@ -1,0 +1,147 @@
+"""Reading a campaign back: its trials, the best so far against the reference, and how it shows.
+
+:class:`CampaignView` is the part of :class:`~cubicml_lab.Campaign` that only reads the store:
+the trials (as :class:`~cubicml_lab.store.Trial` objects or a DataFrame), the best finished
+trial, the reference configuration's measured value and the speed-up over it, a summary a person
+glances at, and the campaign's HTML card in Jupyter (and readable line elsewhere).
+
+Example:
+    >>> import os, tempfile, cubicml_lab as cml
+    >>> space = cml.Space([cml.PowerOfTwo("micro_batch", 1, 8)])
+    >>> store = cml.TrialStore(os.path.join(tempfile.mkdtemp(), "lab.sqlite"))
+    >>> camp = cml.Campaign("gpt-cpu", space, workload="gpt", store=store)
+    >>> camp.summary()["trials"], camp.summary()["best"]
+    (0, None)
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .errors import SearchError
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from .launch import Launcher
+    from .search.proposal import Proposal
+    from .space import Space
+    from .store import Trial, TrialStore
+    from .workloads.base import Workload
+
+__all__ = ["CampaignView"]
+
+
+class CampaignView:
+    """What a :class:`~cubicml_lab.Campaign` shows of itself; it reads the store and changes
+    nothing."""
+
+    name: str
+    space: Space
+    store: TrialStore
+    searcher: Any
+    launcher: Launcher
+    workload: Workload
+    reference: dict[str, Any] | None
+    stop_reason: str | None
+    proposals: list[Proposal]
+
+    @property
+    def objective(self) -> str:
+        """The metric the searcher optimises (``throughput`` by default)."""
+        return getattr(self.searcher, "objective", "throughput")
+
+    def trials(self) -> list[Trial]:
+        """Every trial of this campaign in the store, by id."""
+        return self.store.trials(self.name)
+
+    def dataframe(self) -> pd.DataFrame:
+        """The campaign's trials as a DataFrame (one row per trial)."""
+        return self.store.to_dataframe(self.name)
+
+    def best(self) -> tuple[dict[str, Any], float]:
+        """The best finished ``ok`` trial's searched parameters and objective value."""
+        direction = getattr(self.searcher, "direction", "maximize")
+        ok = [t for t in self.trials() if t.status == "ok" and self.objective in t.metrics]
+        if not ok:
+            raise SearchError(f"campaign {self.name!r} has no successful trial yet",
+                              hint="run it, or look at the errors with campaign.dataframe()")
+        pick = max if direction == "maximize" else min
+        best = pick(ok, key=lambda t: t.metrics[self.objective])
+        return {n: best.config[n] for n in self.space.names}, float(best.metrics[self.objective])
+
+    def reference_value(self) -> float | None:
+        """The objective measured for :attr:`reference` (its first ok trial), or None."""
+        if self.reference is None:
+            return None
+        key = self.space.key(self.reference)
+        for t in self.trials():
+            if t.status == "ok" and self.objective in t.metrics and \
+                    self.space.key({n: t.config[n] for n in self.space.names}) == key:
+                return float(t.metrics[self.objective])
+        return None
+
+    def summary(self) -> dict[str, Any]:
+        """What a person glances at: trials by status, the best so far against the reference,
+        why the last run stopped, the proposals waiting.
+
+        Returns:
+            A dict with ``trials`` (count), ``by_status`` ({status: count}), ``best_config``,
+            ``best`` (objective value), ``reference`` (its value), ``speedup`` (best /
+            reference, for a maximised objective), ``stop_reason``, ``waiting``.
+        """
+        trials = self.trials()
+        by_status: dict[str, int] = {}
+        for t in trials:
+            by_status[t.status] = by_status.get(t.status, 0) + 1
+        try:
+            best_config, best = self.best()
+        except SearchError:
+            best_config, best = None, None
+        ref = self.reference_value()
+        speedup = None
+        if best is not None and ref:
+            maximize = getattr(self.searcher, "direction", "maximize") == "maximize"
+            speedup = best / ref if maximize else ref / best
+        return {"trials": len(trials), "by_status": by_status, "best_config": best_config,
+                "best": best, "reference": ref, "speedup": speedup,
+                "stop_reason": self.stop_reason, "waiting": len(self.proposals)}
+
+    def _facts(self) -> list[tuple[str, Any]]:
+        s = self.summary()
+        facts: list[tuple[str, Any]] = [
+            ("workload", self.workload.name), ("launcher", repr(self.launcher)),
+            ("searcher", type(self.searcher).__name__), ("store", str(self.store.path)),
+            ("trials", ", ".join(f"{n} {st}" for st, n in s["by_status"].items()) or "none yet")]
+        if s["best"] is not None:
+            facts.append((f"best {self.objective}", s["best"]))
+            facts.append(("best config",
+                          ", ".join(f"{k}={v}" for k, v in s["best_config"].items())))
+        if s["reference"] is not None:
+            facts.append((f"reference {self.objective}", s["reference"]))
+        if s["speedup"] is not None:
+            facts.append(("speed-up over reference", f"{s['speedup']:.2f}x"))
+        if s["stop_reason"]:
+            facts.append(("stopped", s["stop_reason"]))
+        return facts
+
+    def __repr__(self) -> str:
+        return (f"Campaign({self.name!r}, workload={self.workload.name!r}, "
+                f"store={str(self.store.path)!r}, trials={len(self.trials())})")
+
+    def __str__(self) -> str:
+        from ._html import fmt
+
+        return f"Campaign {self.name!r}\n" + "\n".join(f"  {k}: {fmt(v)}"
+                                                     for k, v in self._facts())
+
+    def _repr_html_(self) -> str:
+        from ._html import card
+
+        return card(f"Campaign '{self.name}'", self._facts(),
+                    note="campaign.dataframe(): one row per trial")
+
+    def wall_time_s(self) -> float:
+        """Seconds from the first trial's start to the last trial's end."""
+        times = [(t.started_at, t.ended_at) for t in self.trials() if t.started_at and t.ended_at]
+        return max(e for _, e in times) - min(s for s, _ in times) if times else 0.0
