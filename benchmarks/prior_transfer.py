@@ -24,15 +24,21 @@ Searchers (:class:`cubicml_lab.BayesianSearch`): ``bo`` (no prior), ``prior``
 and 50 trials, trials to within 1 % of the best (median; ``>B`` when most seeds did not get
 there in the budget ``B``), out-of-memory trials launched in the first 25 (median and mean), and
 the Kendall tau of the GP's ranking of the held-out ok rows after 10, 20 and 50 random ok rows
-with and without the prior. Then transfer: trials to within 1 % on a target table (70B on 256
-GPUs) with no history, with related history (60 trials of a 13B job on 64 GPUs of the same
-cluster) and with unrelated history (the same 60 trials, their speeds shuffled), for a search
-with the memory model only (``mem``: the history is its only guide to speed) and with the
-physics prior too (``prior+mem``). Last, the targets, met or missed.
+with and without the prior. Then transfer: trials to within 1 % on a target table with no
+history, with related history and with unrelated history (the same trials, their speeds
+shuffled), for a search with the memory model only (``mem``: the history is its only guide to
+speed) and with the physics prior too (``prior+mem``), in two studies: ``13b->70b`` (70B on 256
+GPUs; history: 60 trials of a 13B job on 64 GPUs of the same cluster) and ``lucie seq2k->seq4k``
+(the measured Lucie-7B seq-4k table; history: the measured seq-2k runs). Last, the targets,
+met or missed.
+
+The default perturbed tables are 13B on 64, 70B on 256 and 175B (GPT-3's shape and two others
+of its size) on 1,024 H100s, where about four in five layouts run out of memory.
 
 Run (2 worker processes, one torch thread each):
-    .venv/bin/python benchmarks/prior_transfer.py            # 10 seeds, budget 50: ~25 min
-    .venv/bin/python benchmarks/prior_transfer.py --quick    # 3 seeds, fewer tables: ~4 min
+    .venv/bin/python benchmarks/prior_transfer.py            # 10 seeds, budget 50: ~50 min
+    .venv/bin/python benchmarks/prior_transfer.py --quick    # 3 seeds, fewer tables: ~5 min
+    .venv/bin/python benchmarks/prior_transfer.py --tables 175b-1024xH100 --no-transfer  # ~7 min
 """
 
 from __future__ import annotations
@@ -52,10 +58,16 @@ TAU_SIZES = (10, 20, 50)
 #: name -> (model, n_gpus, gpu, perturbation seed of the table's constants)
 PERTURBED = {"13b-64xH100": ("13b", 64, "H100-80GB", 1),
              "70b-256xH100": ("70b", 256, "H100-80GB", 2),
+             "175b-1024xH100": ("175b", 1024, "H100-80GB", 4),
              "30b-128xA100": ("30b", 128, "A100-80GB", 3)}
+#: the perturbed tables run by default (the others with --tables)
+DEFAULT_PERTURBED = ("13b-64xH100", "70b-256xH100", "175b-1024xH100")
 REAL = ("bigscience_tr11", "lucie7b_seq2k", "lucie7b_seq4k", "mpt_llmfoundry")
-#: target, history source and the constants' seed they share (one cluster)
-TRANSFER = ("70b", 256, "13b", 64, "H100-80GB", 2)
+#: transfer studies: name -> target table (its history: :func:`history_frames`)
+TRANSFERS = {"13b->70b": "70b-256xH100", "lucie seq2k->seq4k": "lucie7b_seq4k"}
+#: the 13B job whose trials are the 70B target's history: (model, n_gpus); the 70B table's
+#: GPU and perturbed constants (one cluster)
+SOURCE_13B = ("13b", 64)
 HISTORY_ROWS = 60
 
 
@@ -178,8 +190,11 @@ def search_figures(name: str, budget: int, seeds: int, jobs: int) -> dict:
     facs = {k: stopping(f, obj.best()[1], 0.0, 25) for k, f in factories(name).items()}
     runs = compare_searchers(obj, facs, budget, seeds, workers=jobs, progress=False)
     after = [c for c in CHECKPOINTS if c <= budget]
-    summ = summarize_searches(runs, within_pct=(1,), after=after)
-    after = [c for c in after if f"regret_pct_at_{c}" in summ.columns]  # all stopped sooner
+    summ = summarize_searches(runs, within_pct=(1,), after=())
+    # a replay that stopped (solved, or the table ran out) keeps its last regret
+    last = runs.sort_values("trial").groupby(["searcher", "seed"])["regret_pct"]
+    regret = {c: last.apply(lambda r, c=c: r.iloc[min(c, len(r)) - 1]).groupby("searcher")
+              .median() for c in after}
     first = runs[runs["trial"] <= 25]
     ooms = first.assign(oom=first["status"] == "oom").groupby(["searcher", "seed"])["oom"].sum()
     print(f"\n{name}: {len(obj)} configurations ({obj.n_failed} oom/failed), best "
@@ -191,7 +206,7 @@ def search_figures(name: str, budget: int, seeds: int, jobs: int) -> dict:
         o = ooms.loc[label]
         med = row["to_1pct"]
         to1 = f"{'>' if med > budget else ''}{med:.0f}"
-        regs = [float(row[f"regret_pct_at_{c}"]) for c in after]
+        regs = [float(regret[c][label]) for c in after]
         print(f"  {label:<10} " + " ".join(f"{r:>9.2f}%" for r in regs)
               + f" {to1:>8} {int(row['to_1pct_reached']):>5}/{int(row['seeds'])}"
               f" {o.median():>8.1f} / {o.mean():<5.1f} {row['search_s']:>6.1f}")
@@ -239,32 +254,54 @@ def tau_figures(name: str, seeds: int, test_max: int = 2000) -> dict:
     return out
 
 
-def history_frames(seed: int = 0):
-    """Related history (60 rows of the 13B job on the same cluster) and unrelated history
-    (the same rows, their speeds shuffled)."""
-    from cubicml_lab import analytical
+def history_frames(transfer: str, seed: int = 0):
+    """``(related, unrelated, description)`` history of a transfer study's target.
 
-    _, _, src_model, src_gpus, gpu, k = TRANSFER
-    src = analytical.llm_cluster_model(src_gpus, src_model, gpu, seed=7, constants=analytical.
-                                       PhysicsConstants().perturbed(k))
-    rows = src.table.sample(HISTORY_ROWS, random_state=seed)[[*src.knobs, src.objective,
-                                                               "status"]]
+    * ``13b->70b``: 60 random trials of a 13B job on 64 GPUs of the 70B target's cluster (its GPU
+      and perturbed constants).
+    * ``lucie seq2k->seq4k``: the measured Lucie-7B seq-2k runs at the target's ZeRO stage (0)
+      whose micro-batch is known, in the seq-4k table's columns (the seq-2k runs used the 32k
+      vocabulary and no activation recompute, SOURCES.md).
+
+    Unrelated history is the same trials with their speeds shuffled among the ok ones.
+    """
+    from cubicml_lab import analytical, datasets
+
+    if transfer == "13b->70b":
+        _, _, gpu, k = PERTURBED[TRANSFERS[transfer]]
+        model, n_gpus = SOURCE_13B
+        src = analytical.llm_cluster_model(n_gpus, model, gpu, seed=7, constants=analytical.
+                                           PhysicsConstants().perturbed(k))
+        rows = src.table.sample(HISTORY_ROWS, random_state=seed)[
+            [*src.knobs, src.objective, "status"]]
+        text = (f"{HISTORY_ROWS} random trials of {model} on {n_gpus} GPUs of the same cluster")
+    elif transfer == "lucie seq2k->seq4k":
+        src = datasets.load("lucie7b_seq2k").table
+        src = src[(src["zero_stage"] == 0) & src["micro_batch"].notna()]
+        knobs = datasets.load("lucie7b_seq4k").knobs
+        rows = src.assign(micro_batch=src["micro_batch"].astype(int), vocab_size=32000,
+                          activation_recompute=0)[[*knobs, "tokens_per_s_per_gpu", "status"]]
+        text = f"the {len(rows)} measured seq-2k runs with ZeRO-0 and a known micro-batch"
+    else:
+        raise SystemExit(f"unknown transfer {transfer!r}; known: {', '.join(TRANSFERS)}")
+    objective = rows.columns[-2]
     shuffled = rows.copy()
     ok = shuffled["status"] == "ok"
     rng = np.random.default_rng(seed)
-    shuffled.loc[ok, src.objective] = rng.permutation(shuffled.loc[ok, src.objective].to_numpy())
-    return rows.reset_index(drop=True), shuffled.reset_index(drop=True)
+    shuffled.loc[ok, objective] = rng.permutation(shuffled.loc[ok, objective].to_numpy())
+    return rows.reset_index(drop=True), shuffled.reset_index(drop=True), text
 
 
-def transfer_figures(budget: int, seeds: int, jobs: int) -> dict:
+def transfer_figures(transfer: str, budget: int, seeds: int, jobs: int) -> dict:
+    """Mean trials to within 1 % of the target's best with no, related and unrelated history,
+    without (``mem``) and with (``prior+mem``) the physics prior."""
     from cubicml_lab.search import compare_searchers, searcher_factory, summarize_searches
 
-    model, n_gpus, src_model, src_gpus, gpu, k = TRANSFER
-    name = f"{model}-{n_gpus}x{gpu.split('-')[0]}"
-    PERTURBED.setdefault(name, (model, n_gpus, gpu, k))
+    name = TRANSFERS[transfer]
     _, cost, mem, limit = table(name)
     obj = oracle(name)
-    related, unrelated = history_frames()
+    budget = min(budget, len(obj))
+    related, unrelated, text = history_frames(transfer)
     facs = {}
     memory = {"memory_model": mem, "memory_limit_gib": limit}
     for label, opts in (("mem", memory), ("prior+mem", {"cost_model": cost, **memory})):
@@ -276,9 +313,8 @@ def transfer_figures(budget: int, seeds: int, jobs: int) -> dict:
     facs = {k: stopping(f, obj.best()[1], 0.01, 0) for k, f in facs.items()}
     runs = compare_searchers(obj, facs, budget, seeds, workers=jobs, progress=False)
     summ = summarize_searches(runs, within_pct=(1,), after=[c for c in (10, 25) if c <= budget])
-    print(f"\ntransfer to {name} ({len(obj)} configurations, perturbed constants {k}): history "
-          f"= {HISTORY_ROWS} random trials of {src_model} on {src_gpus} GPUs of the same cluster; "
-          f"unrelated = the same trials, speeds shuffled; budget {budget}, {seeds} seeds")
+    print(f"\ntransfer {transfer}: target {name} ({len(obj)} configurations); history = {text};"
+          f" unrelated = the same trials, speeds shuffled; budget {budget}, {seeds} seeds")
     out = {}
     for label, row in summ.iterrows():
         med = row["to_1pct"]
@@ -324,15 +360,14 @@ def targets(search: dict, taus: dict, transfer: dict) -> None:
         t = taus[name].get(("prior", 50))
         if name in PERTURBED and t is not None:
             print(f"  {name}: Kendall tau at 50 with the prior {t:.3f} >= 0.9: {verdict(t >= 0.9)}")
-    for base in ("mem", "prior+mem"):
-        if base not in transfer:
-            continue
-        b, h, u = (transfer[base], transfer[f"{base}+history"], transfer[f"{base}+unrelated"])
-        cut = verdict(h <= 0.7 * b) if b > 1 else "n/a (already found in 1 trial)"
-        print(f"  transfer ({base}): mean trials to 1% {b:.1f} -> {h:.1f} with history "
-              f"({100 * (1 - h / b):.0f}% fewer; target >= 30%: {cut}), "
-              f"{u:.1f} with unrelated history ({100 * (u / b - 1):+.0f}%; target <= +5%: "
-              f"{verdict(u <= 1.05 * b)})")
+    for study, fig in transfer.items():
+        for base in ("mem", "prior+mem"):
+            b, h, u = (fig[base], fig[f"{base}+history"], fig[f"{base}+unrelated"])
+            cut = verdict(h <= 0.7 * b) if b > 1 else "n/a (already found in 1 trial)"
+            print(f"  transfer {study} ({base}): mean trials to 1% {b:.1f} -> {h:.1f} with "
+                  f"history ({100 * (1 - h / b):.0f}% fewer; target >= 30%: {cut}), "
+                  f"{u:.1f} with unrelated history ({100 * (u / b - 1):+.1f}%; target <= +5%: "
+                  f"{verdict(u <= 1.05 * b)})")
 
 
 def main() -> None:
@@ -342,9 +377,12 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true",
                         help="3 seeds, budget 30, tables 13b-64xH100 and lucie7b_seq2k")
     parser.add_argument("--tables", nargs="*", default=None,
-                        help=f"tables (default: {', '.join(list(PERTURBED)[:2])} and the real "
-                             f"ones; also {', '.join(list(PERTURBED)[2:])})")
-    parser.add_argument("--no-transfer", action="store_true", help="skip the transfer study")
+                        help=f"tables (default: {', '.join(DEFAULT_PERTURBED)} and the real "
+                             f"ones; also "
+                             f"{', '.join(n for n in PERTURBED if n not in DEFAULT_PERTURBED)})")
+    parser.add_argument("--transfers", nargs="*", default=list(TRANSFERS),
+                        help=f"transfer studies (default: all of {', '.join(TRANSFERS)})")
+    parser.add_argument("--no-transfer", action="store_true", help="skip the transfer studies")
     parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
     args = parser.parse_args()
     warnings.simplefilter("ignore")
@@ -353,17 +391,18 @@ def main() -> None:
     torch.set_num_threads(1)
     seeds, budget = (3, 30) if args.quick else (args.seeds, args.budget)
     names = args.tables or (["13b-64xH100", "lucie7b_seq2k"] if args.quick
-                            else [*list(PERTURBED)[:2], *REAL])
+                            else [*DEFAULT_PERTURBED, *REAL])
     t0 = time.perf_counter()
     print(f"{len(names)} tables x up to 3 searchers x {seeds} seeds, budget {budget}, "
           f"{args.jobs} processes")
     search, taus = {}, {}
     for name in names:
         search[name] = search_figures(name, budget, seeds, args.jobs)
-        taus[name] = tau_figures(name, min(seeds, 5))
+        taus[name] = tau_figures(name, seeds)
         sys.stdout.flush()
-    transfer = {} if args.no_transfer else transfer_figures(
-        min(budget, 30), seeds, args.jobs)
+    transfer = {} if args.no_transfer else {
+        study: transfer_figures(study, min(budget, 30), seeds, args.jobs)
+        for study in args.transfers}
     targets(search, taus, transfer)
     print(f"\n({time.perf_counter() - t0:.0f} s)")
 

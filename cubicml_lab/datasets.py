@@ -60,6 +60,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .errors import ConfigError, DataError
+from .physics import table_physics
 from .space import Bool, Choice, Ordinal, Parameter, Space
 from .store.tables import flatten, keys_in_order
 from .trials import FINISHED
@@ -99,9 +100,12 @@ class Dataset:
         cost_model: Analytical cost terms of a configuration of ``space``, for
             ``GPPredictor(space, cost_model=...)``: the sweeps' workload's (e.g.
             :func:`cubicml_lab.workloads.gpt.cost_terms`, the table's constant knobs filled
-            in); ``mpt_llmfoundry``'s FLOPs, FSDP traffic and overhead per token; the Lucie
-            tables' compute, pipeline bubble, TP and DP traffic per token; None for BLOOM
-            (its model shape is blank on some rows).
+            in); ``mpt_llmfoundry``'s FLOPs, FSDP traffic and overhead per token; for the
+            Lucie-7B tables the shared physics of LLM training,
+            :func:`cubicml_lab.physics.table_physics`'s ``cost_terms`` (seconds per token and
+            GPU of each term of :data:`cubicml_lab.physics.TERMS`); None for BLOOM, whose
+            physics (``table_physics("bigscience_tr11")``) ranks its noisy rows poorly
+            (Kendall tau ~0.2), so it is a search's prior only where asked for.
         features: Derived inputs for the GP's kernel (``GPPredictor(space, features=...)``):
             :func:`cubicml_lab.workloads.gpt.shape_features` on the gpt sweep, None elsewhere.
 
@@ -156,7 +160,14 @@ class _Public:
     order: Mapping[str, Sequence[Any]] = field(default_factory=dict)  # string knobs with an order
     # builds the Dataset's cost_model from the loaded table (None: the table has none)
     cost_model: Callable[[pd.DataFrame], Callable[[dict], list[float]]] | None = None
+    # the table describes Megatron-style LLM training: its cost model is the shared physics
+    # (cubicml_lab.physics.table_physics), whatever cost_model says
+    physics: bool = False
 
+
+#: Where the Lucie-7B tables come from: the repository at one commit, then the file.
+_LUCIE = ("github.com/OpenLLM-France/Lucie-Training @ c3b8b3a013a32d0a468cd5d6c7bf969a131590c6, "
+          "{} (GPL-3.0; numbers only)")
 
 _PUBLIC: dict[str, _Public] = {
     # The BLOOM-176B search varied the 3D layout (tp, pp, with dp = n_gpus / (tp*pp) kept as a
@@ -190,11 +201,9 @@ _PUBLIC: dict[str, _Public] = {
     "lucie7b_seq2k": _Public(
         file="real_lucie7b_seq2k_a100.csv",
         knobs=("n_gpus", "tp", "pp", "pipeline_engine", "zero_stage", "global_batch_seqs"),
-        source="github.com/OpenLLM-France/Lucie-Training @ "
-               "c3b8b3a013a32d0a468cd5d6c7bf969a131590c6, "
-               "chronicles/parallelism/logs/{z0,z1}/{b192,b512}/iterations/*.iterations "
-               "(GPL-3.0; numbers only)",
-        cost_model=lambda df: _LucieCost(int(df["seq_len"].iloc[0])),
+        source=_LUCIE.format("chronicles/parallelism/logs/{z0,z1}/{b192,b512}/iterations/"
+                             "*.iterations"),
+        physics=True,
         notes="Lucie-7B (Llama-2-7B-like, bf16, seq 2048), Megatron-DeepSpeed on 1-16 Jean-Zay "
               "nodes of 8 A100-80GB. Each ~20-minute run logged every iteration; the objective "
               "(source column) is global_batch_seqs*seq_len / the median iteration time over "
@@ -211,11 +220,9 @@ _PUBLIC: dict[str, _Public] = {
         file="real_lucie7b_seq4k_a100.csv",
         knobs=("n_gpus", "tp", "pp", "pipeline_engine", "micro_batch", "global_batch_seqs",
                "vocab_size", "activation_recompute"),
-        source="github.com/OpenLLM-France/Lucie-Training @ "
-               "c3b8b3a013a32d0a468cd5d6c7bf969a131590c6, "
-               "chronicles/parallelism/scripts/expe_parallelism/expe_summary.csv "
-               "(GPL-3.0; numbers only)",
-        cost_model=lambda df: _LucieCost(int(df["seq_len"].iloc[0])),
+        source=_LUCIE.format("chronicles/parallelism/scripts/expe_parallelism/"
+                             "expe_summary.csv"),
+        physics=True,
         notes="Lucie-7B (bf16, seq 4096, ZeRO-0), Megatron-DeepSpeed on 1-32 Jean-Zay nodes of "
               "8 A100-80GB. One summary row per run, statistic undocumented; objective = the "
               "source's tokens_per_s_per_gpu (derived from its reported throughput). The 32-node "
@@ -314,8 +321,11 @@ def _load_public(name: str, spec: _Public, folder: Path) -> Dataset:
     objective = "tokens_per_s_per_gpu"
     if spec.objective is not None:
         df[objective] = spec.objective(df).astype("float64")
+    cost_model = None if spec.cost_model is None else spec.cost_model(df)
+    if spec.physics:
+        cost_model = table_physics(name).cost_terms
     return _finish(name, df, list(spec.knobs), objective, spec.source, spec.notes, spec.order,
-                   cost_model=None if spec.cost_model is None else spec.cost_model(df))
+                   cost_model=cost_model)
 
 
 # ------------------------------------------------------------------------------- CPU sweeps
@@ -388,7 +398,13 @@ class _MPTCost:
     embeddings), parameters moved by FSDP per token (all-gathers and a
     reduce-scatter per micro-batch: 3 x n_params with FULL_SHARD, 2 x with SHARD_GRAD_OP) and
     per-micro-batch fixed costs (n_layers per micro-batch's tokens). GPU, precision and GPU
-    count are left to the GP's kernel."""
+    count are left to the GP's kernel.
+
+    Not the shared physics (:mod:`cubicml_lab.physics`), although MPT is LLM training: a row's
+    ``model`` names a whole shape (hidden size, layers and heads at once, where ``names=`` /
+    ``values=`` map one column onto one vocabulary name), its ``gpu`` varies per row (one
+    ``LLMTrainingModel`` has one GPU profile), and FSDP's FULL_SHARD / SHARD_GRAD_OP are ZeRO-3 /
+    ZeRO-2 only roughly (no tensor or pipeline parallelism, per-layer all-gathers)."""
 
     term_names = ("flops", "fsdp", "overhead")
 
@@ -412,43 +428,11 @@ class _MPTCost:
         return "<cost terms of an MPT configuration (FLOPs, FSDP traffic, overhead per token)>"
 
 
-class _LucieCost:
-    """Cost terms per token and GPU of a Megatron-DeepSpeed layout of Lucie-7B (Llama-2-7B
-    shape: 32 layers, hidden 4096, MLP 11008), for ``GPPredictor(cost_model=...)``: ``[compute,
-    bubble, tp, dp]`` = hardware FLOPs per token (6N + 12 L h s, +1/3 with activation
-    recompute); the 1F1B pipeline bubble, ``compute * (pp - 1) / m`` with ``m`` the
-    micro-batches per step and pipeline (micro_batch 1 where the table has no such knob);
-    tensor-parallel activation all-reduces, ``L h (tp - 1) / tp``; and the data-parallel
-    gradient all-reduce per token and GPU, ``N / (tp pp) * (dp - 1) / dp * n_gpus / tokens``
-    per step. Zero where a kind of parallelism is off (tp, pp or dp = 1)."""
-
-    term_names = ("compute", "bubble", "tp", "dp")
-
-    LAYERS, HIDDEN, MLP, VOCAB = 32, 4096, 11008, 32000
-
-    def __init__(self, seq_len: int) -> None:
-        self.seq_len = int(seq_len)
-
-    def __call__(self, config: Mapping[str, Any]) -> list[float]:
-        layers, h, s = self.LAYERS, self.HIDDEN, self.seq_len
-        n = layers * (4 * h * h + 3 * h * self.MLP) + 2 * config.get("vocab_size", self.VOCAB) * h
-        compute = (6 * n + 12 * layers * h * s) * (4 / 3 if config.get("activation_recompute")
-                                                   else 1)
-        tp, pp, gpus = config["tp"], config["pp"], config["n_gpus"]
-        dp = max(1, gpus // (tp * pp))
-        batch = config["global_batch_seqs"]
-        micro = max(1.0, batch / (config.get("micro_batch", 1) * dp))
-        return [float(compute), compute * (pp - 1) / micro, layers * h * (tp - 1) / tp,
-                n / (tp * pp) * (dp - 1) / dp * gpus / (batch * s)]
-
-    def __repr__(self) -> str:
-        return (f"<cost terms of a Lucie-7B Megatron-DeepSpeed layout, seq {self.seq_len} "
-                "(compute, pipeline bubble, TP and DP traffic per token)>")
-
-
 class _SweepCost:
     """``config -> fn(config)`` for a function of a sweep's workload module (``cost_terms``,
-    ``shape_features``), the sweep's constant knobs (and the workload's defaults) filled in."""
+    ``shape_features``), the sweep's constant knobs (and the workload's defaults) filled in.
+    The workloads own their cost terms (a CPU run of this lab's ``gpt`` and ``dlrm``, the latter
+    no LLM), so the sweeps keep them rather than the cluster physics."""
 
     def __init__(self, workload: str, constants: Mapping[str, Any],
                  fn: str = "cost_terms") -> None:

@@ -141,7 +141,7 @@ def test_shapes_have_similar_parameter_counts():
 
 
 @pytest.mark.parametrize("kwargs, match", [
-    ({"model": "175b"}, "model"), ({"gpu": "TPU"}, "gpu"), ({"n_gpus": 0}, "n_gpus"),
+    ({"model": "1t"}, "model"), ({"gpu": "TPU"}, "gpu"), ({"n_gpus": 0}, "n_gpus"),
     ({"noise": -0.1}, "noise"), ({"seq_len": 2.5}, "seq_len"),
 ])
 def test_bad_arguments(kwargs, match):

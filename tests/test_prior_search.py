@@ -11,6 +11,7 @@ import pytest
 import cubicml_lab as cml
 from cubicml_lab.errors import ConfigError, SearchError
 from cubicml_lab.search import BayesianSearch
+from cubicml_lab.search.bayesian import BO_P_FEASIBLE
 from cubicml_lab.search.describe import searcher_from_dict, searcher_to_dict
 from cubicml_lab.space import Choice, Int, PowerOfTwo, Space
 
@@ -108,6 +109,40 @@ def table(space: Space, noise: float, seed: int) -> pd.DataFrame:
         rows.append({**c, "status": status, "throughput":
                      values["throughput"] * math.exp(rng.normal(0, noise)) if values else None})
     return pd.DataFrame(rows)
+
+
+def test_a_memory_limit_without_a_memory_model_learns_from_measured_memory(space):
+    # no memory model: P(fits) comes from a GP of the measured peak memory of ok trials
+    s = BayesianSearch(space, seed=0, n_init=6, memory_limit_gib=LIMIT)
+    assert s.memory_model is None
+    configs = [{"layers": n, "micro_batch": b, "recompute": "none"}
+               for n, b in ((1, 1), (2, 4), (4, 2), (4, 8), (8, 4), (2, 16), (6, 1))]
+    for cfg in configs:
+        s.tell(cfg, {"throughput": throughput(cfg), "peak_mem_gib": memory_gib(cfg)})
+    s.ask()
+    fm = s.feasibility_model
+    assert fm is not None and fm.memory is not None
+    small = {"layers": 1, "micro_batch": 1, "recompute": "none"}
+    large = {"layers": 8, "micro_batch": 16, "recompute": "none"}  # 64 GiB against 12
+    p_small, p_large = fm.predict([small, large], memory_limit=LIMIT)
+    assert p_small > 0.5 > p_large
+
+
+def test_bo_with_a_memory_model_proposes_only_likely_runs():
+    # speed grows with x and so does memory (x GiB, measured within 10 %): the expected
+    # improvement points past the 10 GiB limit, where the probability of running falls
+    one = Space([Int("x", 1, 20)])
+    s = BayesianSearch(one, seed=0, memory_model=lambda c: float(c["x"]), memory_limit_gib=10.0,
+                       n_init=3)
+    for i, x in enumerate((1, 3, 5, 7, 9)):
+        s.tell({"x": x}, {"throughput": 100.0 * x, "peak_mem_gib": x * (1.1 if i % 2 else 0.9)})
+    picks = s.ask(2)
+    assert s.last_ask_info["phase"] == "bo"
+    assert min(s.last_ask_info["p_feasible_of_picks"]) >= BO_P_FEASIBLE
+    assert max(c["x"] for c in picks) <= 10
+    # it is a bound on the bets, not on the pool: with too few likely runs left, the rest stay
+    s.ask(len(one.enumerate()) - 5)
+    assert min(s.last_ask_info["p_feasible_of_picks"]) < BO_P_FEASIBLE
 
 
 @pytest.mark.slow  # about 50 GP fits

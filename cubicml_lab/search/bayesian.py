@@ -47,7 +47,13 @@ already steers the next proposals away from it.
 feasibility model: from the first ask, configurations predicted not to fit get a low probability
 of running, and every trial corrects the prediction (the GP then models measured / predicted
 memory; an out-of-memory trial is a censored observation above the limit: see
-:class:`~cubicml_lab.surrogate.FeasibilityModel`). A memory model is evaluated once per
+:class:`~cubicml_lab.surrogate.FeasibilityModel`). In BO it also bounds the acquisition's bets:
+while at least as many untried configurations as asked for have a probability of running of at
+least ``BO_P_FEASIBLE`` (0.5), the others are left out (weighted by ``LOG_P_FLOOR``), so the search
+does not trade a launch that probably runs out of memory for a large expected improvement; the
+prior's first picks keep to ``PRIOR_P_FEASIBLE`` alike. Without a memory model every configuration
+stays in, weighted by its probability (a classifier of a few failures is too rough to cut by).
+A memory model is evaluated once per
 configuration (cached), through its vectorised twin when it has one (``memory_gib_frame``,
 :func:`~cubicml_lab.surrogate.gp.batch_method`); so is a cost model (``cost_terms_frame``).
 
@@ -125,6 +131,9 @@ LOG_P_FLOOR = -1e4
 PRIOR_MIN_OK = 2
 #: The prior's picks need at least this probability of running (memory model, failures told).
 PRIOR_P_FEASIBLE = 0.5
+#: With a memory model, BO proposes only configurations at least this likely to run while
+#: enough of them remain (None: every configuration, weighted by its probability).
+BO_P_FEASIBLE: float | None = 0.5
 #: Each of the prior's picks differs from everything tried, pending or picked in this many knobs.
 PRIOR_MIN_DIFF = 2
 #: Told metrics read as a trial's relative spread (observed noise) when ``noise_metric`` is None.
@@ -182,8 +191,13 @@ class BayesianSearch(Searcher):
         mc_samples: Quasi-Monte-Carlo samples of the acquisition function.
         chunk_size: Pool configurations evaluated per acquisition call (memory vs. speed).
         feasibility: Weight the acquisition by the probability of running (module doc).
-        memory_limit_gib: Device memory; with it the weight includes P(peak memory <= limit),
-            learned from the ``memory_metric`` told with ok trials.
+        memory_limit_gib: Device memory per GPU, GiB; with it the weight includes P(peak
+            memory <= limit). Without ``memory_model`` that probability comes from a GP of the
+            *measured* ``memory_metric`` told with ok trials (from the second such trial on;
+            out-of-memory trials teach the failure classifier): e.g. a search on a large
+            machine for configurations that will also fit a smaller device of this limit.
+            With ``memory_model`` the prediction answers from the first ask and the trials
+            correct it (module doc, "Memory model").
         memory_metric: Name of the peak-memory metric in the told values.
         second_objective: A second metric to optimise (Pareto search), e.g. "peak_mem_gib".
         second_direction: Its direction, "minimize" (default) or "maximize".
@@ -662,6 +676,10 @@ class BayesianSearch(Searcher):
         if self.feasibility_model is not None:
             log_p = self._log_p_feasible(X_pool[:, :n_space], pool, keys)
             log_w = torch.as_tensor(np.maximum(log_p, LOG_P_FLOOR), dtype=X_pool.dtype)
+            if self.memory_model is not None and BO_P_FEASIBLE is not None:
+                likely = log_w >= math.log(BO_P_FEASIBLE)
+                if int(likely.sum()) >= n:
+                    log_w = torch.where(likely, log_w, torch.full_like(log_w, LOG_P_FLOOR))
             info["p_feasible_of_picks"] = []
             if score is not None and len(pool) > keep:
                 top = torch.topk(score + log_w, keep).indices.sort().values
