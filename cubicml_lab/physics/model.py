@@ -1,0 +1,455 @@
+"""The model of one job: :class:`LLMTrainingModel`, its knob vocabulary (:data:`KNOBS`), the facts
+a configuration may carry (:data:`FACTS`), and the checks of a user's ``names=``, ``values=``
+and ``defaults=`` mappings."""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..errors import ConfigError
+from .formulas import Arch, step_physics
+from .profiles import GPUS, GPUS_PER_NODE, PRECISIONS, TERMS, GPUSpec, PhysicsConstants
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+# ------------------------------------------------------------------------ the knob vocabulary
+_DEGREE, _BOOL, _SIZE = "a number >= 1", "a bool", "a positive integer"
+#: What each knob accepts: a description, or the tuple of its values.
+_KNOB_VALUES: dict[str, str | tuple[Any, ...]] = {
+    "tp": _DEGREE, "pp": _DEGREE, "dp": _DEGREE, "micro_batch": _DEGREE,
+    "virtual_stages": _DEGREE, "recompute": ("none", "selective", "full"),
+    "sequence_parallel": _BOOL, "tp_overlap": _BOOL, "dp_overlap": _BOOL,
+    "distributed_optimizer": _BOOL, "zero_stage": (0, 1, 2, 3), "offload_weights": _BOOL,
+    "offload_activations": _BOOL, "offload_optimizer": _BOOL, "precision": tuple(PRECISIONS),
+}
+#: The knobs :class:`LLMTrainingModel` understands (its fixed vocabulary).
+KNOBS: tuple[str, ...] = tuple(_KNOB_VALUES)
+#: Facts of the job that a config may also carry per row (e.g. a table whose rows differ in
+#: model width); they then override the job's.
+FACTS: tuple[str, ...] = ("layers", "hidden", "heads", "kv_heads", "ffn", "seq_len", "vocab",
+                          "global_batch", "n_gpus")
+_ACCEPTS: dict[str, str | tuple[Any, ...]] = {**_KNOB_VALUES, **{f: _DEGREE for f in FACTS}}
+#: Knob values a job takes when neither its config nor ``defaults=`` sets them (precision: the
+#: job's; dp: ``n_gpus / (tp pp)``).
+_BUILTIN_DEFAULTS: dict[str, Any] = {
+    "tp": 1, "pp": 1, "micro_batch": 1, "virtual_stages": 1, "recompute": "none",
+    "sequence_parallel": False, "tp_overlap": False, "dp_overlap": True,
+    "distributed_optimizer": False, "zero_stage": 0, "offload_weights": False,
+    "offload_activations": False, "offload_optimizer": False}
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float, np.integer, np.floating)) and \
+        not isinstance(value, (bool, np.bool_))
+
+
+def _accepts(name: str, value: Any) -> bool:
+    """Whether ``value`` is a valid value of knob or fact ``name``."""
+    kind = _ACCEPTS[name]
+    if kind == _DEGREE:
+        return _is_number(value) and math.isfinite(value) and value >= 1
+    if kind == _BOOL:
+        return isinstance(value, (bool, np.bool_)) or (_is_number(value) and value in (0, 1))
+    if name == "zero_stage":
+        return _is_number(value) and value in kind
+    return isinstance(value, str) and value in kind
+
+
+def _describe(name: str) -> str:
+    kind = _ACCEPTS[name]
+    return kind if isinstance(kind, str) else "one of " + ", ".join(map(repr, kind))
+
+
+def _typed(name: str, values: list[Any]) -> np.ndarray:
+    """Valid values of ``name`` as the array type the physics computes with."""
+    kind = _ACCEPTS[name]
+    if kind == _DEGREE:
+        return np.asarray(values, dtype=np.float64)
+    if kind == _BOOL:
+        return np.asarray([bool(v) for v in values], dtype=bool)
+    if name == "zero_stage":
+        return np.asarray(values, dtype=np.int64)
+    return np.asarray(values, dtype=object)
+
+
+def _hashable(value: Any) -> bool:
+    try:
+        hash(value)
+    except TypeError:
+        return False
+    return True
+
+
+# ------------------------------------------------------------------------ the model of one job
+class LLMTrainingModel:
+    """Step time, cost terms and peak memory of one LLM training job, per configuration.
+
+    Built from the job's facts; a configuration holds the knobs (:data:`KNOBS`: ``tp``, ``pp``,
+    ``dp``, ``micro_batch``, ``virtual_stages``, ``recompute`` none/selective/full,
+    ``sequence_parallel``, ``tp_overlap``, ``dp_overlap``, ``distributed_optimizer``,
+    ``zero_stage`` 0-3, ``offload_weights``, ``offload_activations``, ``offload_optimizer``,
+    ``precision`` bf16/fp16/fp8, and fp32 for a CPU run), under the user's own names. A knob left
+    out takes the job's default (``defaults=``, else tp = pp = micro_batch = virtual_stages = 1,
+    no recompute, ZeRO-0, dp overlap on, the rest off, the job's precision); ``dp`` left out is
+    ``n_gpus / (tp pp)``. A config may also carry a job fact (:data:`FACTS`) per row. Keys it
+    does not know are ignored (for a GP's kernel to model) and named once in a warning.
+
+    Args:
+        layers: Transformer layers.
+        hidden: Hidden size.
+        heads: Attention heads (must divide ``hidden``).
+        seq_len: Tokens per sequence.
+        vocab: Vocabulary size (untied input and output embeddings unless
+            ``tied_embeddings``).
+        global_batch: Sequences per optimizer step.
+        n_gpus: GPUs of the job.
+        gpu: A name of :data:`GPUS` ("A100-40GB", "A100-80GB", "H100-80GB", "H200") or a
+            :class:`GPUSpec` (e.g. a CPU described as one).
+        kv_heads: Key/value heads (grouped-query attention); default ``heads``.
+        ffn: MLP hidden size; default ``4 * hidden``.
+        gated_mlp: A gated MLP (SwiGLU, three ``hidden x ffn`` matrices), as Llama's.
+        tied_embeddings: The output layer shares the input embedding's weights (GPT-2).
+        flash_attention: Fused attention (FlashAttention, PyTorch's SDPA): the ``s x s``
+            scores are neither stored (no ``5 a s / (h t)`` activation term) nor moved through
+            HBM, and selective recompute has nothing left to drop.
+        gpus_per_node: GPUs per node: groups within a node talk over NVLink.
+        precision: The job's precision, "bf16", "fp16", "fp8" or "fp32".
+        fp32_grads: Precisions (of :data:`PRECISIONS`) whose gradients are accumulated and
+            reduced in fp32: 4 bytes per parameter instead of 2 in memory and in the
+            data-parallel gradient traffic (the parameter all-gathers of ZeRO keep their
+            size). Megatron-LM does so for bf16 (``--accumulate-allreduce-grads-in-fp32``,
+            implied by ``--bf16``; its distributed-optimizer table counts 18 bytes per
+            parameter for "bf16 param, fp32 grads"), as does DeepSpeed's bf16 optimizer; e.g.
+            ``fp32_grads=("bf16",)``. Default: none.
+        names: User name -> vocabulary name (a knob or a fact), e.g. ``{"tensor_par": "tp"}``.
+        values: User (or vocabulary) name -> {user value -> vocabulary value}, e.g.
+            ``{"activation_recompute": {"attn_only": "selective", True: "full"}}``; values
+            not listed pass through unchanged.
+        defaults: Knob -> the job's default value, e.g. ``{"sequence_parallel": True}``.
+        constants: The model's constants; default :class:`PhysicsConstants()`.
+        per_token: Give :meth:`cost_terms` in seconds per token and GPU (the step's seconds x
+            ``n_gpus / (global_batch seq_len)``) instead of per step: for an objective in
+            tokens/s per GPU over configs whose GPU count or batch differ.
+
+    Raises:
+        ConfigError: On a bad fact, an unknown GPU or precision, or a bad ``names``/``values``/
+            ``defaults`` mapping (the message names the entry and the fix).
+
+    Example:
+        >>> job = LLMTrainingModel(layers=32, hidden=4096, heads=32, seq_len=4096, vocab=32000,
+        ...                        global_batch=512, n_gpus=64, gpu="A100-80GB",
+        ...                        names={"activation_recompute": "recompute"},
+        ...                        values={"activation_recompute": {True: "full", False: "none"}})
+        >>> config = {"tp": 2, "pp": 4, "micro_batch": 1, "activation_recompute": True}
+        >>> round(job.step_time_s(config), 2) == round(sum(job.cost_terms(config).values()), 2)
+        True
+        >>> job.memory_gib(config) < job.memory_gib({**config, "activation_recompute": False})
+        True
+    """
+
+    #: Names of :meth:`cost_terms`' values (``GPPredictor.cost_shares`` columns).
+    term_names: tuple[str, ...] = TERMS
+
+    def __init__(self, *, layers: int, hidden: int, heads: int, seq_len: int, vocab: int,
+                 global_batch: int, n_gpus: int, gpu: str | GPUSpec,
+                 kv_heads: int | None = None, ffn: int | None = None, gated_mlp: bool = False,
+                 tied_embeddings: bool = False, flash_attention: bool = False,
+                 gpus_per_node: int = GPUS_PER_NODE,
+                 precision: str = "bf16", fp32_grads: Sequence[str] = (),
+                 names: Mapping[str, str] | None = None,
+                 values: Mapping[str, Mapping[Any, Any]] | None = None,
+                 defaults: Mapping[str, Any] | None = None,
+                 constants: PhysicsConstants | None = None, per_token: bool = False) -> None:
+        facts = {"layers": layers, "hidden": hidden, "heads": heads,
+                 "kv_heads": heads if kv_heads is None else kv_heads,
+                 "ffn": 4 * hidden if _is_number(hidden) and ffn is None else ffn,
+                 "seq_len": seq_len, "vocab": vocab, "global_batch": global_batch,
+                 "n_gpus": n_gpus, "gpus_per_node": gpus_per_node}
+        for name, value in facts.items():
+            if not _is_number(value) or value < 1 or value != int(value):
+                raise ConfigError(f"LLMTrainingModel({name}={value!r}): must be {_SIZE}",
+                                  hint="give the job's facts, e.g. layers=40, hidden=5120, "
+                                       "heads=40, seq_len=2048, vocab=32000, global_batch=1024, "
+                                       "n_gpus=64")
+        if hidden % heads or heads % facts["kv_heads"]:
+            raise ConfigError(f"LLMTrainingModel: heads = {heads} must divide hidden = {hidden} "
+                              f"and kv_heads = {facts['kv_heads']} must divide heads",
+                              hint="e.g. hidden=4096, heads=32, kv_heads=8")
+        self.facts: dict[str, int] = {k: int(v) for k, v in facts.items()}
+        self.gpu = _gpu(gpu)
+        if precision not in PRECISIONS:
+            raise ConfigError(f"LLMTrainingModel(precision={precision!r}) is not one of "
+                              f"{list(PRECISIONS)}", hint="e.g. precision='bf16'")
+        if isinstance(fp32_grads, str) or not all(p in PRECISIONS for p in fp32_grads):
+            raise ConfigError(f"LLMTrainingModel(fp32_grads={fp32_grads!r}) is not a tuple of "
+                              f"precisions among {list(PRECISIONS)}",
+                              hint="e.g. fp32_grads=('bf16',) for Megatron-LM in bf16")
+        self.fp32_grads = tuple(fp32_grads)
+        if constants is not None and not isinstance(constants, PhysicsConstants):
+            raise ConfigError(f"constants = {constants!r:.80} is not a PhysicsConstants",
+                              hint="constants=PhysicsConstants(...) or .perturbed(seed)")
+        self.gated_mlp, self.tied_embeddings = bool(gated_mlp), bool(tied_embeddings)
+        self.flash_attention = bool(flash_attention)
+        self.per_token = bool(per_token)
+        self.precision = precision
+        self.constants = constants or PhysicsConstants()
+        self.names = _check_names(names)
+        self.values = _check_values(values, self.names)
+        self.defaults = {**_BUILTIN_DEFAULTS, "precision": precision,
+                         **_check_defaults(defaults, self.names, self.values)}
+        self._warned: set[str] = set()
+
+    def __repr__(self) -> str:
+        f = self.facts
+        return (f"<LLMTrainingModel: {f['layers']} layers x hidden {f['hidden']}, seq "
+                f"{f['seq_len']}, batch {f['global_batch']}, {f['n_gpus']} x {self.gpu.name}, "
+                f"{self.precision}>")
+
+    @property
+    def memory_limit_gib(self) -> float:
+        """Memory per GPU a job can use, GiB (the GPU profile's)."""
+        return self.gpu.memory_gib
+
+    # -- one configuration
+    def resolve(self, config: Mapping[str, Any]) -> dict[str, Any]:
+        """The configuration in the vocabulary: every knob and fact, defaults filled in.
+
+        Example:
+            >>> job = LLMTrainingModel(layers=4, hidden=256, heads=4, seq_len=128, vocab=1000,
+            ...                        global_batch=16, n_gpus=8, gpu="H100-80GB")
+            >>> job.resolve({"tp": 2})["dp"], job.resolve({"tp": 2})["recompute"]
+            (4, 'none')
+        """
+        x = self._inputs(_one_row(config), 1, frame=False)
+        out = {k: v[0].item() if hasattr(v[0], "item") else v[0] for k, v in x.items()
+               if k in _ACCEPTS}
+        return {k: int(v) if isinstance(v, float) and v.is_integer() else v
+                for k, v in out.items()}
+
+    def evaluate(self, config: Mapping[str, Any]) -> dict[str, float]:
+        """Every modelled quantity of one configuration (a row of :meth:`evaluate_frame`)."""
+        out = self._physics(self._inputs(_one_row(config), 1, frame=False))
+        return {k: float(v[0]) for k, v in out.items()}
+
+    def cost_terms(self, config: Mapping[str, Any]) -> dict[str, float]:
+        """Seconds of each cost term of one step (:data:`TERMS`); their sum is the step time.
+
+        For ``BayesianSearch(cost_model=...)`` / ``GPPredictor(cost_model=...)``; per token and
+        GPU with ``per_token=True``. About 0.3 ms a call: over thousands of candidates use
+        :meth:`cost_terms_frame` (50,000 rows in ~0.1 s).
+        """
+        out = self._physics(self._inputs(_one_row(config), 1, frame=False))
+        scale = self._scale(out)
+        return {k: float(out[k][0] * scale[0]) for k in TERMS}
+
+    def step_time_s(self, config: Mapping[str, Any]) -> float:
+        """Seconds per optimizer step: the sum of the per-step cost terms (overlaps taken)."""
+        return self.evaluate(config)["step_time_s"]
+
+    def throughput(self, config: Mapping[str, Any]) -> float:
+        """Tokens per second of the whole job (``global_batch * seq_len / step_time_s``)."""
+        return self.evaluate(config)["tokens_per_s"]
+
+    def memory_gib(self, config: Mapping[str, Any]) -> float:
+        """Peak memory per GPU (the most loaded pipeline stage), GiB."""
+        return self.evaluate(config)["peak_mem_gib"]
+
+    # -- many configurations at once
+    def evaluate_frame(self, configs: pd.DataFrame | Any) -> pd.DataFrame:
+        """Every modelled quantity of each row of ``configs`` (a DataFrame or a list of dicts).
+
+        Returns:
+            DataFrame with ``configs``' index, one row per configuration: the :data:`TERMS`
+            (seconds per step), ``step_time_s``, ``tokens_per_s`` (job), ``tokens_per_s_per_gpu``,
+            ``peak_mem_gib``, ``mfu`` (0-1, model FLOPs over the bf16 peak),
+            ``bubble_fraction``, ``dp``, ``grad_accum`` (micro-batches per step), the bytes
+            each GPU sends per step: ``tp_comm_bytes`` (ring all-reduces, or reduce-scatters
+            plus all-gathers, of the layer activations), ``dp_comm_bytes`` (gradients and,
+            with ZeRO >= 1, parameters), ``p2p_bytes`` (pipeline activations and their
+            gradients), and ``tp_comm_all_s`` (TP seconds including full recompute's).
+        """
+        import pandas as pd
+
+        df = configs if isinstance(configs, pd.DataFrame) else pd.DataFrame(list(configs))
+        out = self._physics(self._inputs({c: df[c] for c in df.columns}, len(df), frame=True))
+        return pd.DataFrame(out, index=df.index)
+
+    def cost_terms_frame(self, configs: pd.DataFrame | Any) -> pd.DataFrame:
+        """:meth:`cost_terms` of every row: a DataFrame with one column per term (seconds)."""
+        out = self.evaluate_frame(configs)
+        return out[list(TERMS)].mul(self._scale(out).to_numpy(), axis=0)
+
+    def _scale(self, out: Any) -> Any:
+        """1, or the GPU-seconds per token that turn a step's seconds into per-token ones."""
+        if not self.per_token:
+            return out["step_time_s"] * 0 + 1
+        return 1 / (out["step_time_s"] * out["tokens_per_s_per_gpu"])
+
+    def memory_gib_frame(self, configs: pd.DataFrame | Any) -> pd.Series:
+        """:meth:`memory_gib` of every row, GiB, as a Series with ``configs``' index."""
+        return self.evaluate_frame(configs)["peak_mem_gib"]
+
+    # -- internals
+    def _inputs(self, data: Mapping[str, Any], n: int, *, frame: bool) -> dict[str, np.ndarray]:
+        """Vocabulary arrays of length ``n`` from user columns: renamed, values mapped and
+        checked, unknown keys warned about, defaults and derived values filled in."""
+        given: dict[str, np.ndarray] = {}
+        source: dict[str, str] = {}
+        unknown = []
+        for column, data_column in data.items():
+            target = self.names.get(column, column)
+            if target not in _ACCEPTS:
+                unknown.append(column)
+                continue
+            if target in given:
+                raise ConfigError(f"config keys {source[target]!r} and {column!r} both give "
+                                  f"{target!r}", hint="drop one of them, or map it elsewhere "
+                                                      "with names=")
+            source[target] = str(column)
+            given[target] = self._column(column, target, data_column, frame)
+        self._warn(unknown)
+        return self._filled(given, n)
+
+    def _column(self, column: str, target: str, data: Any, frame: bool) -> np.ndarray:
+        mapping = self.values.get(column, self.values.get(target, {}))
+        if frame:
+            import pandas as pd
+
+            codes, uniques = pd.factorize(data, use_na_sentinel=False)
+            uniques = [u.item() if isinstance(u, np.generic) else u for u in uniques]
+        else:
+            codes, uniques = None, list(data)
+        mapped = [mapping.get(u, u) if _hashable(u) else u for u in uniques]
+        for raw, value in zip(uniques, mapped):
+            if not _accepts(target, value):
+                via = f" (-> {value!r} through values=)" if value is not raw else ""
+                named = "" if target == column else f" (names= maps it onto {target!r})"
+                raise ConfigError(f"config {column!r} = {raw!r}{via}{named} is not a valid "
+                                  f"{target!r}: it must be {_describe(target)}",
+                                  hint=f"map it with values={{{column!r}: {{{raw!r}: ...}}}}")
+        typed = _typed(target, mapped)
+        return typed if codes is None else typed[codes]
+
+    def _warn(self, unknown: list[str]) -> None:
+        new = [str(c) for c in unknown if str(c) not in self._warned]
+        if new:
+            self._warned.update(new)
+            warnings.warn(f"LLMTrainingModel ignores config key(s) {new}: not in its vocabulary "
+                          f"({', '.join(KNOBS)}; facts {', '.join(FACTS)}) and not mapped by "
+                          "names=; a GP's kernel still models them", UserWarning, stacklevel=4)
+
+    def _filled(self, given: dict[str, np.ndarray], n: int) -> dict[str, np.ndarray]:
+        job = self.facts
+        x = dict(given)
+        for fact in FACTS:
+            if fact not in x:
+                x[fact] = np.full(n, float(job[fact]))
+        if "heads" not in given and "hidden" in given:  # keep the job's head width and ratios
+            x["heads"] = x["hidden"] * job["heads"] / job["hidden"]
+        if "ffn" not in given and "hidden" in given:
+            x["ffn"] = x["hidden"] * job["ffn"] / job["hidden"]
+        if "kv_heads" not in given and ("heads" in given or "hidden" in given):
+            x["kv_heads"] = x["heads"] * job["kv_heads"] / job["heads"]
+        for knob in KNOBS:
+            if knob not in x and knob != "dp":
+                x[knob] = _typed(knob, [self.defaults[knob]]).repeat(n)
+        if "dp" not in x:
+            x["dp"] = x["n_gpus"] / (x["tp"] * x["pp"])
+        return x
+
+    def _physics(self, x: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        arch = Arch(gated_mlp=self.gated_mlp, tied=self.tied_embeddings,
+                     flash=self.flash_attention, fp32_grads=self.fp32_grads)
+        return step_physics(x, self.gpu, self.constants, self.facts["gpus_per_node"], arch)
+
+
+#: The names of :meth:`LLMTrainingModel.cost_terms`' values, readable from the bound method
+#: (``GPPredictor`` reads ``cost_model.term_names``).
+LLMTrainingModel.cost_terms.term_names = TERMS  # type: ignore[attr-defined]
+
+
+def _one_row(config: Mapping[str, Any]) -> dict[str, list[Any]]:
+    if not isinstance(config, Mapping):
+        raise ConfigError(f"config = {config!r:.80} is not a dict",
+                          hint="pass one configuration as a dict, many as a DataFrame to the "
+                               "*_frame methods")
+    return {k: [v] for k, v in config.items()}
+
+
+def _gpu(gpu: Any) -> GPUSpec:
+    if isinstance(gpu, GPUSpec):
+        return gpu
+    if gpu not in GPUS:
+        raise ConfigError(f"gpu = {gpu!r} is not one of {list(GPUS)}",
+                          hint="pick one, or pass a GPUSpec(...) describing yours")
+    return GPUS[gpu]
+
+
+def _as_mapping(arg: str, given: Any, example: str) -> Mapping[Any, Any]:
+    """``given`` (None: empty) as the mapping argument ``arg`` of the model, else an error
+    showing ``example``."""
+    if given is None:
+        return {}
+    if not isinstance(given, Mapping):
+        raise ConfigError(f"{arg} = {given!r:.80} is not a dict", hint=f"{arg}={example}")
+    return given
+
+
+def _check_names(names: Any) -> dict[str, str]:
+    names = _as_mapping("names", names, "{'tensor_par': 'tp'} maps your name onto the "
+                                        "vocabulary")
+    seen: dict[str, str] = {}
+    for user, target in names.items():
+        if target not in _ACCEPTS:
+            raise ConfigError(f"names[{user!r}] = {target!r} is not a knob or fact of the "
+                              "model", hint=f"map {user!r} onto one of {', '.join(KNOBS)} "
+                                            f"(or facts {', '.join(FACTS)}), or leave it out "
+                                            "of names= to let the GP model it")
+        if target in seen:
+            raise ConfigError(f"names[{seen[target]!r}] and names[{user!r}] both map onto "
+                              f"{target!r}", hint="map each vocabulary name from one key")
+        seen[target] = user
+    return dict(names)
+
+
+def _check_values(values: Any, names: Mapping[str, str]) -> dict[str, dict[Any, Any]]:
+    values = _as_mapping("values", values, "{'activation_recompute': {'attn_only': "
+                                           "'selective'}}")
+    out = {}
+    for user, mapping in values.items():
+        target = names.get(user, user)
+        if target not in _ACCEPTS:
+            raise ConfigError(f"values[{user!r}]: {user!r} is neither a key of names= nor a knob "
+                              "of the model", hint=f"add names={{{user!r}: <knob>}} or key "
+                                                   f"values= by a knob: {', '.join(KNOBS)}")
+        if not isinstance(mapping, Mapping):
+            raise ConfigError(f"values[{user!r}] = {mapping!r:.80} is not a dict",
+                              hint=f"values={{{user!r}: {{<your value>: <model value>}}}}")
+        for raw, value in mapping.items():
+            if not _accepts(target, value):
+                raise ConfigError(f"values[{user!r}][{raw!r}] = {value!r} is not a valid "
+                                  f"{target!r}: it must be {_describe(target)}",
+                                  hint=f"map {raw!r} onto a valid value of {target!r}")
+        out[user] = dict(mapping)
+    return out
+
+
+def _check_defaults(defaults: Any, names: Mapping[str, str],
+                    values: Mapping[str, Mapping[Any, Any]]) -> dict[str, Any]:
+    defaults = _as_mapping("defaults", defaults, "{'sequence_parallel': True}")
+    out = {}
+    for user, raw in defaults.items():
+        knob = names.get(user, user)
+        value = values.get(user, {}).get(raw, raw) if _hashable(raw) else raw
+        if knob not in KNOBS or knob == "dp" or not _accepts(knob, value):
+            raise ConfigError(f"defaults[{user!r}] = {raw!r} is not a valid default",
+                              hint=f"give a knob of {', '.join(k for k in KNOBS if k != 'dp')} "
+                                   "a valid value (dp follows from n_gpus / (tp pp))")
+        out[knob] = value
+    return out
