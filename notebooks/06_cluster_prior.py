@@ -76,7 +76,7 @@ job
 # Where a step's time goes, and what fits in memory, for a few layouts a person might try first:
 
 # %%
-layouts = pd.DataFrame([  # every row names the same knobs: a frame holds no "left out"
+layouts = pd.DataFrame([  # a knob a row leaves out (an empty cell) takes the job's default
     {"tp": 8, "pp": 1, "micro_batch": 1, "recompute": "full", "virtual_stages": 1},
     {"tp": 8, "pp": 4, "micro_batch": 1, "recompute": "selective", "virtual_stages": 1},
     {"tp": 4, "pp": 8, "micro_batch": 2, "recompute": "selective", "virtual_stages": 1},

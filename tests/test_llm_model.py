@@ -304,6 +304,21 @@ def test_frame_path_equals_the_per_config_path():
     assert job.evaluate_frame(df.to_dict("records")).equals(job.evaluate_frame(df))
 
 
+def test_an_empty_cell_of_a_frame_is_a_knob_left_out():
+    job = big()
+    rows = [{"tp": 8, "pp": 4, "micro_batch": 1, "recompute": "full"},
+            {"tp": 4, "pp": 8, "micro_batch": 2, "virtual_stages": 2, "dp": 2},
+            {"tp": 2, "pp": 2, "hidden": 4096}]
+    df = pd.DataFrame(rows)  # the keys a row leaves out are NaN cells
+    assert df.isna().any().any()
+    terms, mem = job.cost_terms_frame(df), job.memory_gib_frame(df)
+    for i, config in enumerate(rows):
+        assert terms.iloc[i].to_dict() == pytest.approx(job.cost_terms(config), rel=1e-12)
+        assert mem.iloc[i] == pytest.approx(job.memory_gib(config), rel=1e-12)
+    dp = job.evaluate_frame(df)["dp"].tolist()
+    assert dp == [job.facts["n_gpus"] / 32, 2, job.facts["n_gpus"] / 4]  # derived where empty
+
+
 def test_50000_candidates_in_well_under_a_second():
     job = big(names=USER_NAMES, values=USER_VALUES)
     df = _random_frame(50_000, seed=1)

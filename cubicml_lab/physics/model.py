@@ -302,6 +302,7 @@ class LLMTrainingModel:
         given: dict[str, np.ndarray] = {}
         source: dict[str, str] = {}
         unknown = []
+        dp_left_out = None
         for column, data_column in data.items():
             target = self.names.get(column, column)
             if target not in _ACCEPTS:
@@ -311,10 +312,25 @@ class LLMTrainingModel:
                 raise ConfigError(f"config keys {source[target]!r} and {column!r} both give "
                                   f"{target!r}", hint="drop one of them, or map it elsewhere "
                                                       "with names=")
+            if frame:  # an empty cell (NaN, None) is a knob or fact left out in that row
+                import pandas as pd
+
+                missing = np.asarray(pd.isna(data_column), dtype=bool)
+                if missing.all():
+                    continue
+                if missing.any():
+                    fill = 1 if target == "dp" else self.facts[target] if target in FACTS \
+                        else self.defaults[target]
+                    data_column = pd.Series(data_column).where(~missing, fill)
+                    if target == "dp":
+                        dp_left_out = missing
             source[target] = str(column)
             given[target] = self._column(column, target, data_column, frame)
         self._warn(unknown)
-        return self._filled(given, n)
+        x = self._filled(given, n)
+        if dp_left_out is not None:  # dp follows from the GPUs in the rows that leave it out
+            x["dp"] = np.where(dp_left_out, x["n_gpus"] / (x["tp"] * x["pp"]), x["dp"])
+        return x
 
     def _column(self, column: str, target: str, data: Any, frame: bool) -> np.ndarray:
         mapping = self.values.get(column, self.values.get(target, {}))
