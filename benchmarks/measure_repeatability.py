@@ -4,12 +4,14 @@ For each workload, a handful of configurations are measured ``--repeats`` times,
 interpreter (``cml.launch.Subprocess``), interleaved so that slow drifts of the machine hit every
 configuration alike. Every trial times its own drift reference (``metrics["reference_speed"]``,
 a fixed small MLP step between its windows) and runs under the contention guard. The stored
-``throughput`` is the drift-corrected figure (``throughput_raw`` times (the machine's nominal
-reference speed over the trial's) ** ``DRIFT_EXPONENT``): it spread less than the raw one here.
+``throughput`` is the drift-corrected figure ``throughput_corrected`` (``throughput_raw`` times
+(the machine's nominal reference speed over the trial's) ** ``DRIFT_EXPONENT``), as
+``DRIFT_CORRECTED_DEFAULT`` says: it spread less across repeats than the raw one here.
 
 It prints, per configuration: the median step time; the spread across repeats ((max - min) /
-median) of the raw throughput (``throughput_raw``), of the fully corrected one
-(``throughput_rel``, raw over the reference speed), of the stored default (``throughput``) and
+median) of the raw throughput (``throughput_raw``), of the corrected one
+(``throughput_corrected``), of the fully corrected one (``throughput_rel``, raw over the
+reference speed), of the stored default (``throughput``) and
 of the reference itself; the mean seconds
 per measurement (process start included); and how many trials the guard flagged. Then the mean
 pairwise Kendall tau of the configurations' order between repeats, for each figure. Targets:
@@ -115,7 +117,7 @@ def measure_all(names: list[str], configs: dict[str, list[dict[str, Any]]], args
                 load: Load | None) -> list[dict[str, Any]]:
     """Every (workload, config, repeat), interleaved; the load starts half-way through."""
     env = dict(kv.split("=", 1) for kv in args.env)
-    launcher = cml.launch.Subprocess(timeout_s=300, env=env)
+    launcher = cml.launch.Subprocess(timeout_s=300, env=env, python=args.python)
     jobs = [(r, n, i) for r in range(args.repeats) for n in names for i in range(len(configs[n]))]
     rows, timer = [], None
     for j, (r, name, i) in enumerate(jobs):
@@ -130,6 +132,7 @@ def measure_all(names: list[str], configs: dict[str, list[dict[str, Any]]], args
                      "secs": time.perf_counter() - t0, "started": started, "ended": time.time(),
                      **{k: m.get(k, math.nan) for k in (
                          "step_time_s", "throughput", "throughput_raw", "throughput_rel",
+                         "throughput_corrected",
                          "reference_speed", "drift_corrected",
                          "contended", "contended_windows", "cpu_wait", "others_cpu",
                          "throughput_log_var")}})
@@ -146,10 +149,11 @@ def measure_all(names: list[str], configs: dict[str, list[dict[str, Any]]], args
 def report_idle(names: list[str], configs: dict[str, list[dict[str, Any]]],
                 rows: list[dict[str, Any]]) -> None:
     """Per config and in sum: spreads raw / corrected / reference, seconds, flags, taus."""
-    print(f"{'workload':<6} {'config':<58} {'step':>8} {'raw':>6} {'full':>6} {'dflt':>6} "
+    print(f"{'workload':<6} {'config':<58} {'step':>8} {'raw':>6} {'corr':>6} {'full':>6} "
+          f"{'dflt':>6} "
           f"{'ref':>6} {'s/meas':>6} {'flag':>4}  default throughput of each repeat")
-    long_raw, long_rel, long_def, n_long = 0, 0, 0, 0
-    spreads_raw, spreads_rel, spreads_def = [], [], []
+    long_raw, long_cor, long_rel, long_def, n_long = 0, 0, 0, 0, 0
+    spreads_raw, spreads_cor, spreads_rel, spreads_def = [], [], [], []
     for name in names:
         for i, cfg in enumerate(configs[name]):
             rs = [x for x in rows if x["workload"] == name and x["config"] == i]
@@ -159,39 +163,45 @@ def report_idle(names: list[str], configs: dict[str, list[dict[str, Any]]],
                 continue
             step = statistics.median(x["step_time_s"] for x in ok)
             raw = rel_spread([x["throughput_raw"] for x in ok])
+            cor = rel_spread([x["throughput_corrected"] for x in ok])
             rel = rel_spread([x["throughput_rel"] for x in ok])
             dflt = rel_spread([x["throughput"] for x in ok])
             ref = rel_spread([x["reference_speed"] for x in ok])
             spreads_raw.append(raw)
+            spreads_cor.append(cor)
             spreads_rel.append(rel)
             spreads_def.append(dflt)
             if step >= 0.02:
                 n_long += 1
                 long_raw += raw <= 0.03
+                long_cor += cor <= 0.03
                 long_rel += rel <= 0.03
                 long_def += dflt <= 0.03
             flagged = sum(x["contended"] == 1 for x in rs)
             print(f"{name:<6} {json.dumps(cfg):<58} {1e3 * step:>6.1f}ms {100 * raw:>5.1f}% "
-                  f"{100 * rel:>5.1f}% {100 * dflt:>5.1f}% {100 * ref:>5.1f}% "
+                  f"{100 * cor:>5.1f}% {100 * rel:>5.1f}% {100 * dflt:>5.1f}% {100 * ref:>5.1f}% "
                   f"{statistics.mean(x['secs'] for x in rs):>6.1f} {flagged:>4}  "
                   f"{' '.join(format(x['throughput'], '.0f') for x in ok)}")
     secs = [x["secs"] for x in rows]
     print(f"idle summary: configs with steps >= 20 ms within 3% across repeats: raw "
-          f"{long_raw}/{n_long}, fully corrected {long_rel}/{n_long}, default {long_def}/{n_long}"
-          f"; median spread raw {100 * median(spreads_raw):.1f}%, fully corrected "
+          f"{long_raw}/{n_long}, corrected {long_cor}/{n_long}, fully corrected "
+          f"{long_rel}/{n_long}, default {long_def}/{n_long}; median spread raw "
+          f"{100 * median(spreads_raw):.1f}%, corrected {100 * median(spreads_cor):.1f}%, "
+          f"fully corrected "
           f"{100 * median(spreads_rel):.1f}%, default {100 * median(spreads_def):.1f}%; "
           f"{statistics.mean(secs):.1f} s per "
           f"measurement (max {max(secs):.1f}); flagged {sum(x['contended'] == 1 for x in rows)}"
           f"/{len(rows)}")
     for name in names:
         reps = sorted({x["repeat"] for x in rows})
-        keys = ("throughput_raw", "throughput_rel", "throughput")
+        keys = ("throughput_raw", "throughput_corrected", "throughput_rel", "throughput")
         by = {key: [[x[key] if x["contended"] == 0 else math.nan
                      for x in rows if x["workload"] == name and x["repeat"] == r]
                     for r in reps] for key in keys}
         by = {k: [v for v in vs if len(v) == len(configs[name])] for k, vs in by.items()}
         print(f"{name}: mean Kendall tau of the configs' order between repeats: raw "
-              f"{mean_tau(by['throughput_raw']):.3f}, fully corrected "
+              f"{mean_tau(by['throughput_raw']):.3f}, corrected "
+              f"{mean_tau(by['throughput_corrected']):.3f}, fully corrected "
               f"{mean_tau(by['throughput_rel']):.3f}, default {mean_tau(by['throughput']):.3f}")
 
 
@@ -214,7 +224,7 @@ def report_load(rows: list[dict[str, Any]], load: Load) -> None:
     print(f"with load (from {time.strftime('%H:%M:%S', time.gmtime(load.started_at))} UTC): "
           f"{len(flagged)}/{len(busy)} trials flagged contended, "
           f"{sum(x['status'] != 'ok' for x in busy)} not ok")
-    for key in ("throughput_raw", "throughput"):
+    for key in ("throughput_raw", "throughput_corrected", "throughput"):
         off = [x[key] / idle_value(x, key) - 1 for x in clean]
         off = [o for o in off if math.isfinite(o)]
         worst = max(off, key=abs) if off else math.nan
@@ -279,6 +289,9 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="3 configs x 3 repeats")
     parser.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
                         help="environment of the trial processes (e.g. OMP_WAIT_POLICY=ACTIVE)")
+    parser.add_argument("--python", default=None,
+                        help="interpreter of the trial processes (default: this one), e.g. a "
+                             "wrapper that raises their scheduling priority")
     parser.add_argument("--json", default=None, help="also write every measurement here")
     parser.add_argument("--compare-wait", action="store_true",
                         help="compare OpenMP wait settings, idle and beside a busy process per "
@@ -308,8 +321,9 @@ def main() -> None:
             load.stop()
     idle_rows = [x for x in rows if load is None or x["ended"] < load.started_at]
     print("spread = (max - min) / median over the repeats of unflagged trials; raw: "
-          "throughput_raw, full: throughput_rel (raw / reference_speed), dflt: throughput "
-          "(raw * (nominal / reference_speed) ** DRIFT_EXPONENT), ref: reference_speed")
+          "throughput_raw, corr: throughput_corrected (raw * (nominal / reference_speed) ** "
+          "DRIFT_EXPONENT), full: throughput_rel (raw / reference_speed), dflt: throughput "
+          "(the stored default), ref: reference_speed")
     report_idle(names, configs, idle_rows)
     if load is not None:
         report_load(rows, load)

@@ -126,3 +126,24 @@ def test_throttle_guard_flags_a_window_with_a_slowdown_sample() -> None:
     telemetry.samples[:] = [{"throttle_mask": 0x4 | 0x1, "t": time.perf_counter()}]
     guard.start()
     assert guard.stop()[0] is False  # power cap and idle are the device's steady state
+
+
+@pytest.mark.parametrize(("wait", "contended"), [(0.005, False), (0.015, False), (0.05, True)])
+def test_guard_calls_a_window_contended_from_a_small_wait(monkeypatch, wait, contended) -> None:
+    # A window whose threads waited 5% of it ran about 15% slow (see MAX_CPU_WAIT): discarded.
+    from cubicml_lab.hardware import MAX_CPU_WAIT, contention
+
+    clock: list[float] = []
+
+    def fake_wait() -> float:  # seconds waited so far: `wait` of the wall time, per thread
+        clock.append(time.perf_counter())
+        return wait * 2 * (clock[-1] - clock[0])
+
+    monkeypatch.setattr(contention, "_threads_wait_s", fake_wait)
+    guard = CpuContention(threads=2)
+    assert guard.max_wait == MAX_CPU_WAIT
+    guard.start()
+    time.sleep(0.05)
+    is_contended, fig = guard.stop()
+    assert is_contended is contended
+    assert fig["cpu_wait"] == pytest.approx(wait, rel=0.05)

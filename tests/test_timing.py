@@ -162,7 +162,7 @@ def test_outlier_windows_are_counted_not_dropped() -> None:
 
 
 def test_median_ci_ranks_match_the_binomial_table() -> None:
-    from cubicml_lab.timing import _median_ci_rank
+    from cubicml_lab.timing.figures import _median_ci_rank
 
     # n=5: no order statistic interval reaches 95%; n=6: (min, max); n=100: x(40)..x(61)
     assert _median_ci_rank(5) == 0 and _median_ci_rank(6) == 1
@@ -291,7 +291,7 @@ def test_reference_is_sampled_between_windows() -> None:
         (m["throughput_rel_ci"] / 1.96) ** 2 + REPEAT_LOG_SD**2)
 
 
-def test_throughput_is_drift_corrected_on_the_machine_scale(tmp_path, monkeypatch) -> None:
+def test_drift_corrected_throughput_is_on_the_machine_scale(tmp_path, monkeypatch) -> None:
     from cubicml_lab.hardware import reference_nominal
 
     monkeypatch.setenv("CUBICML_LAB_CACHE_DIR", str(tmp_path))
@@ -300,18 +300,31 @@ def test_throughput_is_drift_corrected_on_the_machine_scale(tmp_path, monkeypatc
     t = Timing(step_times_s=[0.1] * 8, warmup_steps=2, warmup_step_times_s=[0.2, 0.1],
                steps_per_window=1, steps_timed=8, windows=8, median_step_time_s=0.1,
                rel_spread=0.0, rel_ci=0.01, target_met=True, outlier_steps=0,
-               stop_reason="target met", elapsed_s=1.0, reference_times_s=[0.005] * 6)
+               stop_reason="target met", elapsed_s=1.0,
+               reference_times_s=[0.0049, 0.005, 0.005, 0.005, 0.005, 0.0051])
     m = summarize(t, 100, 1e6, None, units="tokens", reference_nominal=250.0)
     assert m["throughput_raw"] == pytest.approx(1000.0) and m["reference_speed"] == 200.0
-    from cubicml_lab.timing import DRIFT_EXPONENT
+    from cubicml_lab.timing import DRIFT_CORRECTED_DEFAULT, DRIFT_EXPONENT
 
-    assert m["drift_corrected"] == 1.0
-    assert m["throughput"] == pytest.approx(1000.0 * 1.25**DRIFT_EXPONENT)
-    assert m["throughput"] * m["step_time_s"] == pytest.approx(100)
+    # both figures are stored; DRIFT_CORRECTED_DEFAULT picks the default one
+    assert m["throughput_corrected"] == pytest.approx(1000.0 * 1.25**DRIFT_EXPONENT)
+    assert m["throughput_corrected"] * m["step_time_corrected_s"] == pytest.approx(100)
     assert m["step_time_raw_s"] == 0.1 and m["throughput_raw"] * 0.1 == pytest.approx(100)
-    assert m["tokens_per_s"] == m["throughput"] and m["throughput_rel"] == pytest.approx(5.0)
-    raw = summarize(t, 100, 1e6, None)
+    assert m["throughput_rel"] == pytest.approx(5.0)
+    assert m["drift_corrected"] == (1.0 if DRIFT_CORRECTED_DEFAULT else 0.0)
+    c = summarize(t, 100, 1e6, None, units="tokens", reference_nominal=250.0,
+                  drift_corrected=True)
+    r = summarize(t, 100, 1e6, None, units="tokens", reference_nominal=250.0,
+                  drift_corrected=False)
+    assert c["drift_corrected"] == 1.0 and c["throughput"] == m["throughput_corrected"]
+    assert r["drift_corrected"] == 0.0 and r["throughput"] == m["throughput_raw"]
+    for x in (c, r):
+        assert x["throughput"] * x["step_time_s"] == pytest.approx(100)
+        assert x["tokens_per_s"] == x["throughput"]
+    assert c["throughput_rel_ci"] > r["throughput_rel_ci"]  # the reference's noise joins it
+    raw = summarize(t, 100, 1e6, None, drift_corrected=True)  # no nominal: nothing to correct
     assert raw["drift_corrected"] == 0.0 and raw["throughput"] == raw["throughput_raw"]
+    assert math.isnan(raw["throughput_corrected"])
 
 
 def test_guard_options_are_checked() -> None:
@@ -379,7 +392,7 @@ def test_peak_memory_on_cpu_rises_and_resets() -> None:
 
 
 def test_gpu_table_lookup_by_device_name() -> None:
-    from cubicml_lab.hardware import _GPU_PEAK_TFLOPS, _gpu_family
+    from cubicml_lab.hardware.machine import _GPU_PEAK_TFLOPS, _gpu_family
 
     assert _gpu_family("NVIDIA H100 80GB HBM3") == "H100 SXM"
     assert _gpu_family("NVIDIA H100 PCIe") == "H100 PCIe"

@@ -1,0 +1,43 @@
+"""The machine a trial runs on: its description, peak memory, and the device's peak FLOP/s.
+
+* :func:`hardware_info`: CPU model and threads, torch/Python versions, host name and, on CUDA,
+  the GPU's name, count, memory, CUDA version and driver.
+* :class:`GpuTelemetry`: samples SM clock, power draw and throttle reasons of a CUDA device in a
+  background thread while steps are timed (read-only: the device's settings are never changed).
+* :func:`peak_memory_gib` / :func:`reset_peak_memory`: CUDA allocator statistics, or the
+  process's high-water resident set size on CPU.
+* :func:`tune_cpu_allocator`: keeps glibc's malloc from returning training-step buffers to the
+  kernel, so CPU step times measure the model rather than page faults.
+* :func:`device_peak_flops`: a datasheet table for A100/H100/H200 by precision; on CPU a matmul
+  micro-benchmark run once and cached.
+* :class:`CpuContention`: whether a timed window shared its cores with other processes (its
+  threads' run-queue wait, its CPU time, the rest of the machine's); :class:`ThrottleGuard`, the
+  same question for a CUDA device (throttle reasons seen by :class:`GpuTelemetry`).
+* :class:`ReferenceWork`: a fixed small training step whose speed, measured next to a trial,
+  gauges how fast the machine runs at that moment (drift correction); :func:`reference_nominal`
+  keeps the machine's nominal speed, the scale of corrected figures.
+
+Importing this package imports no torch. Its modules: :mod:`~cubicml_lab.hardware.machine`,
+:mod:`~cubicml_lab.hardware.gpu` and :mod:`~cubicml_lab.hardware.contention`.
+"""
+
+from __future__ import annotations
+
+from .contention import MAX_CPU_WAIT, CpuContention, ReferenceWork, reference_nominal
+from .gpu import GpuTelemetry, ThrottleGuard, parse_smi_sample, summarize_telemetry
+from .machine import (
+    cpu_model,
+    default_device,
+    device_peak_flops,
+    hardware_info,
+    host_record,
+    locked_json_cache,
+    peak_memory_gib,
+    reset_peak_memory,
+    tune_cpu_allocator,
+)
+
+__all__ = ["CpuContention", "GpuTelemetry", "ReferenceWork", "ThrottleGuard", "default_device",
+           "device_peak_flops", "hardware_info", "host_record", "locked_json_cache", "MAX_CPU_WAIT",
+           "parse_smi_sample", "peak_memory_gib", "reference_nominal", "reset_peak_memory",
+           "summarize_telemetry", "tune_cpu_allocator", "cpu_model"]

@@ -1,0 +1,209 @@
+"""Is the machine shared, and how fast is it now? :class:`CpuContention` tells whether a timed
+window shared its cores with other work; :class:`ReferenceWork` gauges the machine's speed next
+to a trial (drift correction), on the scale :func:`reference_nominal` keeps. Importing it imports
+no torch.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+
+from .machine import cpu_model, locked_json_cache
+
+__all__ = ["MAX_CPU_WAIT", "CpuContention", "ReferenceWork", "reference_nominal"]
+
+
+def _threads_wait_s() -> float | None:
+    """Seconds this process's threads spent runnable but waiting for a CPU, summed over its
+    threads (Linux ``/proc/self/task/*/schedstat``, second field); None where unavailable."""
+    try:
+        tids = os.listdir("/proc/self/task")
+    except OSError:
+        return None
+    total, seen = 0, 0
+    for tid in tids:
+        try:
+            with open(f"/proc/self/task/{tid}/schedstat", "rb") as f:
+                total += int(f.read().split()[1])
+            seen += 1
+        except (OSError, IndexError, ValueError):
+            continue  # a thread that ended meanwhile
+    return total / 1e9 if seen else None
+
+
+def _machine_busy_s() -> float | None:
+    """CPU seconds all cores spent busy since boot (``/proc/stat``: user, nice, system, irq,
+    softirq and steal; 10 ms resolution), or None where unavailable."""
+    try:
+        with open("/proc/stat", "rb") as f:
+            fields = f.readline().split()[1:9]
+        ticks = sum(int(fields[i]) for i in (0, 1, 2, 5, 6, 7))
+    except (OSError, IndexError, ValueError):
+        return None
+    return ticks / _CLK_TCK
+
+
+_CLK_TCK = float(os.sysconf("SC_CLK_TCK")) if hasattr(os, "sysconf") else 100.0
+
+
+#: Default largest ``cpu_wait`` of a clean window. A window's slowdown grew about 3x as fast as
+#: its threads' run-queue wait (``gpt`` defaults, 2 threads on a 2-core VM, beside idle-class
+#: and ordinary busy processes: wait under 0.005 ran at 1.00x the quiet step time, 0.01-0.02 at
+#: 1.03x, 0.05-0.1 at 1.16x, 0.1-0.2 at 1.31x, above 0.2 at 2.1x), so 0.02 keeps a clean
+#: window within a few percent of the quiet machine while windows on a quiet machine (waits
+#: mostly under 0.005) pass.
+MAX_CPU_WAIT = 0.02
+
+
+class CpuContention:
+    """Tells whether a timed window of a CPU trial shared its cores with other work.
+
+    Between :meth:`start` and :meth:`stop` it reads, for the window:
+
+    * ``cpu_wait``: time this process's threads waited, runnable, for a CPU (Linux
+      ``schedstat`` run-queue delay, summed over threads) over ``wall x threads``. On an idle
+      machine it stays near 0 whatever the trial does; when other processes compete for the
+      cores it grows with the share they take (with two CPU-bound competitors on 2 cores and a
+      2-thread trial, about 0.5).
+    * ``cpu_util``: the process's CPU time over ``wall x threads`` (below 1 when threads wait,
+      for a CPU or for each other).
+    * ``others_cpu``: CPU the rest of the machine used, in cores (``/proc/stat`` busy time minus
+      this process's).
+
+    A window is contended when ``cpu_wait > max_wait``; where ``schedstat`` is missing, when the
+    others used more than the cores this trial leaves free plus ``max_wait x threads``. Where
+    neither can be read (not Linux), no window is ever contended.
+
+    Background work is not harmless because it is marked so: on Linux with autogroup
+    (``/proc/sys/kernel/sched_autogroup_enabled`` = 1, the default of most distributions) each
+    session is scheduled as one group, so ``SCHED_IDLE`` or ``nice 19`` work started from
+    another terminal competes with a trial as an equal. Measured on a 2-core VM: 3 to 5 such
+    processes slowed a 2-thread ``gpt`` step from 30 ms to 100-130 ms (``cpu_wait`` 0.3-0.5,
+    every window contended); with the trial's group at the highest priority instead, 30-34 ms
+    and ``cpu_wait`` 0.006-0.03. Give background work a low group priority (``echo 19 >
+    /proc/$$/autogroup`` in the shell that starts it).
+
+    Args:
+        threads: Threads the trial computes with (torch's intra-op threads).
+        max_wait: Largest ``cpu_wait`` of a clean window (0.02: the threads may have waited
+            2% of the window; such a window ran up to about 6% slow, see :data:`MAX_CPU_WAIT`).
+        cores: Cores the trial may run on; default: this process's affinity.
+    """
+
+    def __init__(self, threads: int, max_wait: float = MAX_CPU_WAIT,
+                 cores: int | None = None) -> None:
+        self.threads = max(1, int(threads))
+        self.max_wait = max_wait
+        if cores is None:
+            cores = (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+                     else os.cpu_count() or 1)
+        self.cores = cores
+        self._start: tuple[float, float, float | None, float | None] = (0.0, 0.0, None, None)
+
+    @staticmethod
+    def available() -> bool:
+        """Whether this platform lets the guard see contention (Linux ``/proc``)."""
+        return _threads_wait_s() is not None or _machine_busy_s() is not None
+
+    def start(self) -> None:
+        """Mark the start of a window."""
+        self._start = (time.perf_counter(), time.process_time(), _threads_wait_s(),
+                       _machine_busy_s())
+
+    def stop(self) -> tuple[bool, dict[str, float]]:
+        """End the window: ``(contended, {"cpu_wait", "cpu_util", "others_cpu"})``."""
+        wall1, cpu1, wait1, busy1 = (time.perf_counter(), time.process_time(),
+                                     _threads_wait_s(), _machine_busy_s())
+        wall0, cpu0, wait0, busy0 = self._start
+        wall = max(wall1 - wall0, 1e-9)
+        own = cpu1 - cpu0
+        fig = {"cpu_util": own / (wall * self.threads), "cpu_wait": math.nan,
+               "others_cpu": math.nan}
+        if wait0 is not None and wait1 is not None:
+            fig["cpu_wait"] = max(0.0, wait1 - wait0) / (wall * self.threads)
+        if busy0 is not None and busy1 is not None:
+            fig["others_cpu"] = max(0.0, busy1 - busy0 - own) / wall
+        if not math.isnan(fig["cpu_wait"]):
+            contended = fig["cpu_wait"] > self.max_wait
+        elif not math.isnan(fig["others_cpu"]):
+            free = max(0, self.cores - self.threads)
+            contended = fig["others_cpu"] > free + self.max_wait * self.threads
+        else:
+            contended = False
+        return contended, fig
+
+
+# ----------------------------------------------------------------------- drift reference
+class ReferenceWork:
+    """A fixed small training step that gauges how fast the machine runs now.
+
+    The forward and backward pass of a fixed two-layer MLP (256 -> 1024 -> 256, GELU, batch
+    256, fp32; 0.8 GFLOP per step), run with torch's current thread count: its matmuls and
+    elementwise ops are large enough to use every thread, as a trial's do (a smaller one ran on
+    one thread and did not feel what a 2-thread trial felt). :meth:`sample`
+    runs a fixed number of these steps (chosen on the first call so that a sample lasts about
+    ``sample_s``) and returns seconds per step. A trial's figures divided by this figure, taken
+    in the same process next to its windows, cancel what slows both alike: clock changes,
+    other tenants of a virtual machine, cache and memory state.
+
+    Args:
+        sample_s: Seconds one sample lasts, about.
+    """
+
+    #: Relative spread (IQR / median) of clean samples in one process on an idle machine, at
+    #: most (measured on a 2-core VM: about 0.04 with :func:`tune_cpu_allocator`, 0.16 without).
+    tolerance = 0.08
+
+    def __init__(self, sample_s: float = 0.02) -> None:
+        import torch
+
+        gen = torch.Generator().manual_seed(0)
+        self._w1 = torch.randn(256, 1024, generator=gen).mul_(0.05).requires_grad_()
+        self._w2 = torch.randn(1024, 256, generator=gen).mul_(0.05).requires_grad_()
+        self._x = torch.randn(256, 256, generator=gen)
+        self.sample_s = sample_s
+        self.steps = 0  # steps per sample, set by the first sample
+
+    def _step(self) -> None:
+        import torch.nn.functional as F
+
+        y = F.gelu(self._x @ self._w1) @ self._w2
+        y.square().mean().backward()
+        self._w1.grad = self._w2.grad = None
+
+    def sample(self) -> float:
+        """Seconds per reference step over one sample (the first call also calibrates)."""
+        if self.steps == 0:
+            for _ in range(3):
+                self._step()
+            t0 = time.perf_counter()
+            self._step()
+            self.steps = max(1, round(self.sample_s / max(time.perf_counter() - t0, 1e-6)))
+        t0 = time.perf_counter()
+        for _ in range(self.steps):
+            self._step()
+        return (time.perf_counter() - t0) / self.steps
+
+
+def reference_nominal(speed: float, threads: int) -> float:
+    """This machine's nominal :class:`ReferenceWork` speed (reference steps/s) at ``threads``.
+
+    The first figure offered for this CPU model and thread count is kept, in
+    ``$CUBICML_LAB_CACHE_DIR/reference.json`` (default ``~/.cache/cubicml_lab``), and returned
+    ever after, so that drift-corrected throughputs (``raw * nominal / reference_speed``) of all
+    trials on this machine share one scale, in the workload's units per second. Delete the file
+    to start a new scale (figures stored before then keep the old one; ``throughput_rel`` and
+    ``reference_speed`` are stored too, so any trial can be put on any scale).
+
+    Args:
+        speed: This trial's reference speed, offered as the nominal if none is kept yet.
+        threads: Threads the reference ran with.
+    """
+    key = f"{cpu_model()}|threads={threads}"
+    with locked_json_cache("reference.json") as cache:
+        if isinstance(cache.get(key), dict):
+            return float(cache[key]["steps_per_s"])
+        cache[key] = {"steps_per_s": float(speed), "measured_at": time.time()}
+    return float(speed)

@@ -1,0 +1,285 @@
+"""This machine: its description, peak memory, the CPU allocator, the device's peak FLOP/s, and
+a locked JSON cache for figures measured once per machine. Importing it imports no torch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import socket
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from ..errors import MeasurementError
+
+__all__ = ["cpu_model", "default_device", "device_peak_flops", "hardware_info", "host_record",
+           "locked_json_cache", "peak_memory_gib", "reset_peak_memory", "tune_cpu_allocator"]
+
+
+def peak_memory_gib(device: str = "cpu") -> float:
+    """Peak memory since the last :func:`reset_peak_memory`, in GiB (2**30 bytes).
+
+    CUDA: ``torch.cuda.max_memory_allocated`` (tensors; excludes the allocator's cache and the
+    CUDA context). CPU: the process's high-water resident set size (``ru_maxrss``: KiB on Linux,
+    bytes on macOS), which counts the interpreter and torch itself (a few hundred MiB).
+    """
+    if str(device).startswith("cuda"):
+        import torch
+
+        return torch.cuda.max_memory_allocated(torch.device(device)) / 2**30
+    import resource
+
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return rss / 2**30 if sys.platform == "darwin" else rss / 2**20
+
+
+def reset_peak_memory(device: str = "cpu") -> bool:
+    """Start a new peak-memory period; return whether the platform allowed it.
+
+    CUDA: ``torch.cuda.reset_peak_memory_stats``. CPU (Linux): writes ``5`` to
+    ``/proc/self/clear_refs``, which resets the high-water RSS to the current RSS; elsewhere the
+    peak stays the process's lifetime peak and ``False`` is returned.
+    """
+    if str(device).startswith("cuda"):
+        import torch
+
+        torch.cuda.reset_peak_memory_stats(torch.device(device))
+        return True
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+        return True
+    except OSError:
+        return False
+
+
+# glibc mallopt parameters (malloc.h) and the values tune_cpu_allocator sets.
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+_MMAP_THRESHOLD = 32 * 2**20  # glibc's upper limit for this parameter on 64-bit
+_TRIM_THRESHOLD = 2**31 - 1
+
+
+@lru_cache(maxsize=1)
+def tune_cpu_allocator() -> str:
+    """Make glibc's malloc keep freed training buffers instead of unmapping them; say what it did.
+
+    By default glibc serves large blocks (the activations and gradients of a step) with ``mmap``
+    and gives them back with ``munmap`` when torch frees them, so every step page-faults its
+    buffers in again: thousands of faults per step, which on a virtual machine cost 10-25% of a
+    small model's step time and most of its run-to-run noise (measured: ``gpt`` defaults, one
+    thread, 7,000 faults and 66-123 ms per step before; 16 faults and 62-77 ms after). This sets
+    ``M_MMAP_THRESHOLD`` to 32 MiB (glibc's maximum) and ``M_TRIM_THRESHOLD`` to 2 GiB, as the
+    jemalloc/tcmalloc advice for CPU training does by other means. Freed memory stays with the
+    process, so its resident size stays at its peak; it applies to the whole process (for an
+    in-process trial, the caller's). Set ``CUBICML_LAB_MALLOC=default`` to leave malloc alone.
+
+    Returns:
+        What the trial ran with, for the hardware record: ``"glibc mmap_threshold=32MiB
+        trim_threshold=2GiB"``, or ``"default"`` (opted out, not Linux/glibc, or refused).
+    """
+    if os.environ.get("CUBICML_LAB_MALLOC", "").lower() == "default":
+        return "default"
+    if not sys.platform.startswith("linux") or not platform.libc_ver()[0] == "glibc":
+        return "default"
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        ok = (libc.mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD) == 1
+              and libc.mallopt(_M_TRIM_THRESHOLD, _TRIM_THRESHOLD) == 1)
+    except (OSError, AttributeError):
+        return "default"
+    return "glibc mmap_threshold=32MiB trim_threshold=2GiB" if ok else "default"
+
+
+@lru_cache(maxsize=1)
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.lower().startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown"
+
+
+@lru_cache(maxsize=1)
+def _nvidia_driver() -> str | None:
+    import subprocess
+
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=10, check=True)
+        return out.stdout.strip().splitlines()[0] or None
+    except (OSError, subprocess.SubprocessError, IndexError):
+        return None
+
+
+def default_device() -> str:
+    """``"cuda"`` when this process sees a CUDA device, else ``"cpu"`` (imports torch)."""
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def hardware_info(device: str = "cpu") -> dict[str, Any]:
+    """Describe this machine: CPU, threads, versions and, for a CUDA device, the GPU.
+
+    Returns:
+        ``device, cpu_model, cpu_count, cpu_affinity`` (the cores this process may run on, as
+        ``"0,1"``), ``torch_threads, torch_version, python_version, hostname, platform``; for
+        ``cuda[:N]`` also ``gpu_name, gpu_count, gpu_mem_gib, cuda_version,
+        driver`` (``None`` when nvidia-smi is not available).
+    """
+    import torch
+
+    info: dict[str, Any] = {
+        "device": str(device), "cpu_model": cpu_model(), "cpu_count": os.cpu_count(),
+        "cpu_affinity": ",".join(str(c) for c in sorted(os.sched_getaffinity(0)))
+        if hasattr(os, "sched_getaffinity") else None,  # the cores it may run on, "0,1"
+        "torch_threads": torch.get_num_threads(), "torch_version": torch.__version__,
+        "python_version": platform.python_version(), "hostname": socket.gethostname(),
+        "platform": platform.platform(),
+    }
+    if str(device).startswith("cuda") and torch.cuda.is_available():
+        props = torch.cuda.get_device_properties(torch.device(device))
+        info.update(gpu_name=props.name, gpu_count=torch.cuda.device_count(),
+                    gpu_mem_gib=props.total_memory / 2**30, cuda_version=torch.version.cuda,
+                    driver=_nvidia_driver())
+    return info
+
+
+def host_record(device: str = "cpu") -> dict[str, Any]:
+    """:func:`hardware_info`, or at least the host name (and why) when that fails."""
+    try:
+        return hardware_info(device if isinstance(device, str) else "cpu")
+    except Exception as err:  # noqa: BLE001 - the host name still identifies the machine
+        return {"hostname": socket.gethostname(), "device": str(device),
+                "hardware_error": repr(err)}
+
+
+# Dense (no sparsity) peak FLOP/s per GPU from NVIDIA's public datasheets: A100 (SXM4 and PCIe):
+# 312 TFLOPS BF16/FP16 tensor, 156 TF32 tensor, 19.5 FP32. H100 SXM5: 989.4 BF16/FP16, 494.7
+# TF32, 66.9 FP32; H100 PCIe: 756 / 378 / 51; H100 NVL: 835 / 418 / 60 (the datasheets print
+# twice these tensor figures "with sparsity"). H200 SXM: as H100 SXM; H200 NVL: as H100 NVL.
+# "fp32" is the non-tensor-core peak: the gpt workload leaves TF32 off (torch's default).
+_GPU_PEAK_TFLOPS: dict[str, dict[str, float]] = {
+    "A100": {"bf16": 312.0, "fp16": 312.0, "tf32": 156.0, "fp32": 19.5},
+    "H100 SXM": {"bf16": 989.4, "fp16": 989.4, "tf32": 494.7, "fp32": 66.9},
+    "H100 PCIe": {"bf16": 756.0, "fp16": 756.0, "tf32": 378.0, "fp32": 51.0},
+    "H100 NVL": {"bf16": 835.0, "fp16": 835.0, "tf32": 418.0, "fp32": 60.0},
+    "H200 SXM": {"bf16": 989.4, "fp16": 989.4, "tf32": 494.7, "fp32": 66.9},
+    "H200 NVL": {"bf16": 835.0, "fp16": 835.0, "tf32": 418.0, "fp32": 60.0},
+}
+
+
+def _gpu_family(name: str) -> str | None:
+    """Table row of a CUDA device name, e.g. 'NVIDIA H100 80GB HBM3' -> 'H100 SXM'."""
+    n = name.upper()
+    for chip in ("H200", "H100"):
+        if chip in n:
+            form = "NVL" if "NVL" in n else ("PCIe" if "PCIE" in n else "SXM")
+            return f"{chip} {form}"
+    return "A100" if "A100" in n else None
+
+
+def _cache_dir() -> Path:
+    return Path(os.environ.get("CUBICML_LAB_CACHE_DIR") or Path.home() / ".cache" / "cubicml_lab")
+
+
+@contextmanager
+def locked_json_cache(name: str) -> Iterator[dict[str, Any]]:
+    """A JSON object kept in ``$CUBICML_LAB_CACHE_DIR/<name>`` (default ``~/.cache/cubicml_lab``),
+    held under an exclusive file lock for the block (``<name>`` with a ``.lock`` suffix, where
+    ``fcntl`` exists), so that processes measuring at once read one another's results.
+
+    Yields the cache as a dict (empty when the file is missing, unreadable or not an object);
+    when the block changed it and ended without an exception, it is written back atomically (a
+    temporary file, then ``os.replace``).
+
+    Example:
+        >>> import tempfile
+        >>> os.environ["CUBICML_LAB_CACHE_DIR"] = tempfile.mkdtemp()
+        >>> with locked_json_cache("demo.json") as cache:
+        ...     cache["answer"] = 42
+        >>> with locked_json_cache("demo.json") as cache:
+        ...     cache["answer"]
+        42
+        >>> del os.environ["CUBICML_LAB_CACHE_DIR"]
+    """
+    path = _cache_dir() / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_suffix(".lock"), "a") as lock:
+        try:
+            import fcntl
+
+            fcntl.flock(lock, fcntl.LOCK_EX)  # released when the lock file closes
+        except ImportError:
+            pass
+        try:
+            cache = json.loads(path.read_text())
+        except (OSError, ValueError):
+            cache = {}
+        cache = cache if isinstance(cache, dict) else {}
+        before = json.dumps(cache, sort_keys=True)
+        yield cache
+        if json.dumps(cache, sort_keys=True) != before:
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(cache, indent=1, sort_keys=True))
+            os.replace(tmp, path)
+
+
+def _bench_matmul_flops(precision: str, n: int = 1024, seconds: float = 0.5) -> float:
+    """Best FLOP/s of ``n x n`` matmuls over 5 slices of ``seconds``, current torch threads."""
+    import torch
+
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision, torch.float32)
+    gen = torch.Generator().manual_seed(0)
+    a, b = (torch.randn(n, n, generator=gen).to(dtype) for _ in range(2))
+    c = torch.empty(n, n, dtype=dtype)
+    for _ in range(2):
+        torch.mm(a, b, out=c)
+    best = 0.0
+    for _ in range(5):
+        count, t0 = 0, time.perf_counter()
+        while (elapsed := time.perf_counter() - t0) < seconds / 5:
+            torch.mm(a, b, out=c)
+            count += 1
+        best = max(best, 2.0 * n**3 * count / elapsed)
+    return best
+
+
+def device_peak_flops(device: str = "cpu", precision: str = "fp32") -> float | None:
+    """Peak FLOP/s of one device at ``precision`` ("fp32", "tf32", "bf16", "fp16"), or None.
+
+    CUDA: the datasheet table above for A100/H100/H200 (None for other GPUs, so MFU is NaN).
+    CPU: *measured*, not a datasheet figure: the best rate of 1024 x 1024 matmuls in that dtype
+    ("tf32" means fp32) over about 0.5 s with the current torch thread count, run once and cached
+    in ``$CUBICML_LAB_CACHE_DIR/cpu_peak.json`` (default ``~/.cache/cubicml_lab``) keyed by CPU
+    model, threads and precision. CPU MFU is therefore relative to what torch's own matmul
+    reaches on this machine, and can be compared across configs on the same machine only.
+    """
+    if precision not in ("fp32", "tf32", "bf16", "fp16"):
+        raise MeasurementError(f"precision = {precision!r} is not one of fp32, tf32, bf16, fp16",
+                               hint="pass the precision the matmuls run in")
+    if str(device).startswith("cuda"):
+        import torch
+
+        family = _gpu_family(torch.cuda.get_device_name(torch.device(device)))
+        return None if family is None else _GPU_PEAK_TFLOPS[family][precision] * 1e12
+    import torch
+
+    prec = "fp32" if precision == "tf32" else precision
+    key = f"{cpu_model()}|threads={torch.get_num_threads()}|{prec}"
+    with locked_json_cache("cpu_peak.json") as cache:  # one benchmark at a time
+        if isinstance(cache.get(key), dict):
+            return float(cache[key]["flops"])
+        flops = _bench_matmul_flops(prec)
+        cache[key] = {"flops": flops, "torch_version": torch.__version__,
+                      "measured_at": time.time()}
+    return flops
