@@ -162,9 +162,13 @@ store.close()
 # spread much wider: the step times of the four configurations varied by 7% to 16% (max - min
 # over the median; 16.8, 59.9, 69.8 and 38.6 ms medians). In three of the four, one slow
 # repeat makes most of it. That is what a predictor has to live with on this machine: two
-# configurations closer than about 10% cannot be told apart from one measurement each (a
-# contention guard and drift correction would shrink it; neither exists yet). bf16 was 1.55x
-# faster than fp32 at micro-batch 16 on this CPU, and full recomputation cost 17%.
+# configurations closer than about 10% cannot be told apart from one measurement each. Since
+# then each trial also times a fixed reference workload and stores its figure corrected for the
+# machine's speed (`throughput`; the raw one is `throughput_raw`), and windows that shared the
+# cores are discarded or flagged (`contended`): on an idle 2-core VM, 5 fresh repeats of 10
+# configurations still spread by a median 4.7% corrected, 17.4% raw
+# (`benchmarks/measure_repeatability.py`). bf16 was 1.55x faster than fp32 at micro-batch 16 on
+# this CPU, and full recomputation cost 17%.
 #
 # With `Torchrun`, FSDP2 over 2 processes of 1 thread each (gloo) trained micro-batch 16 per
 # process at 30,400 tokens/s, against about 34,200 for one process of 2 threads: on one 2-core

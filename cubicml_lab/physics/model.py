@@ -303,6 +303,8 @@ class LLMTrainingModel:
         source: dict[str, str] = {}
         unknown = []
         dp_left_out = None
+        if frame:
+            import pandas as pd
         for column, data_column in data.items():
             target = self.names.get(column, column)
             if target not in _ACCEPTS:
@@ -313,8 +315,6 @@ class LLMTrainingModel:
                                   f"{target!r}", hint="drop one of them, or map it elsewhere "
                                                       "with names=")
             if frame:  # an empty cell (NaN, None) is a knob or fact left out in that row
-                import pandas as pd
-
                 missing = np.asarray(pd.isna(data_column), dtype=bool)
                 if missing.all():
                     continue
