@@ -113,6 +113,16 @@ class Load:
             p.wait()
 
 
+def measure_options(args: Any) -> dict[str, float]:
+    """The trials' measure options: ``--max-time-s`` and, where given, ``--target-rel-ci`` and
+    ``--reference-share`` (the rest: ``MeasureOptions``' defaults)."""
+    options = {"max_time_s": args.max_time_s}
+    for key in ("target_rel_ci", "reference_share"):
+        if getattr(args, key) is not None:
+            options[key] = getattr(args, key)
+    return options
+
+
 def measure_all(names: list[str], configs: dict[str, list[dict[str, Any]]], args: Any,
                 load: Load | None) -> list[dict[str, Any]]:
     """Every (workload, config, repeat), interleaved; the load starts half-way through."""
@@ -126,7 +136,7 @@ def measure_all(names: list[str], configs: dict[str, list[dict[str, Any]]], args
             timer.start()
         t0, started = time.perf_counter(), time.time()
         res = cml.measure(name, configs[name][i], launcher=launcher,
-                          measure_options={"max_time_s": args.max_time_s})
+                          measure_options=measure_options(args))
         m = res.metrics
         rows.append({"workload": name, "config": i, "repeat": r, "status": res.status,
                      "secs": time.perf_counter() - t0, "started": started, "ended": time.time(),
@@ -284,6 +294,10 @@ def main() -> None:
     parser.add_argument("--workloads", nargs="*", default=None)
     parser.add_argument("--max-time-s", type=float, default=10.0,
                         help="timed-phase budget per measurement (MeasureOptions.max_time_s)")
+    parser.add_argument("--target-rel-ci", type=float, default=None,
+                        help="stop a trial's timing at this CI of its median (default 0.02)")
+    parser.add_argument("--reference-share", type=float, default=None,
+                        help="share of timed seconds spent on the drift reference (default 0.1)")
     parser.add_argument("--load", action="store_true",
                         help="start one busy process per core half-way through")
     parser.add_argument("--quick", action="store_true", help="3 configs x 3 repeats")
@@ -308,7 +322,8 @@ def main() -> None:
     cores = len(os.sched_getaffinity(0))
     print(f"{hw['cpu_model']} ({hw['cpu_count']} CPUs), torch {hw['torch_version']}; "
           f"{args.repeats} repeats per config, fresh process each, interleaved, "
-          f"max_time_s={args.max_time_s}, env {args.env or 'default'}; load average at start "
+          f"measure options {measure_options(args)}, env {args.env or 'default'}; "
+          f"load average at start "
           f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}; {time.strftime('%H:%M')} UTC")
     if args.compare_wait:
         compare_wait(names, args.repeats)

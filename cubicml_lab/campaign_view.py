@@ -60,12 +60,19 @@ class CampaignView:
         return self.store.to_dataframe(self.name)
 
     def best(self) -> tuple[dict[str, Any], float]:
-        """The best finished ``ok`` trial's searched parameters and objective value."""
+        """The best finished ``ok`` trial's searched parameters and objective value.
+
+        A trial the contention guard flagged (``metrics["contended"]`` > 0: its figure was
+        measured while other work shared the cores) is not taken as the best while an
+        unflagged ``ok`` trial exists: its figure is noise, whichever way it went.
+        """
         direction = getattr(self.searcher, "direction", "maximize")
         ok = [t for t in self.trials() if t.status == "ok" and self.objective in t.metrics]
         if not ok:
             raise SearchError(f"campaign {self.name!r} has no successful trial yet",
                               hint="run it, or look at the errors with campaign.dataframe()")
+        clean = [t for t in ok if not t.metrics.get("contended", 0) > 0]
+        ok = clean or ok
         pick = max if direction == "maximize" else min
         best = pick(ok, key=lambda t: t.metrics[self.objective])
         return {n: best.config[n] for n in self.space.names}, float(best.metrics[self.objective])

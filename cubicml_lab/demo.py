@@ -71,20 +71,24 @@ def summary_table(df: pd.DataFrame, space: Space) -> pd.DataFrame:
 def demo_prior() -> dict[str, Any]:
     """The ``gpt`` workload's analytical prior for the demo's GP, as keyword arguments of
     ``BayesianSearch`` and ``GPPredictor``: ``cost_model`` (:func:`~cubicml_lab.workloads.gpt.
-    cost_terms`: FLOPs, weights, activations, per-micro-batch overhead, per token) and
+    cost_terms`: per token, FLOPs in fp32 and in bf16, weights, activation bytes,
+    per-micro-batch overhead, attention scores) and
     ``features`` (:func:`~cubicml_lab.workloads.gpt.shape_features`), each of the demo's
     configuration completed with the workload's defaults.
 
     On 5 demo campaigns measured on an idle 2-core machine, the leave-one-out Kendall tau of the
     GP over their 14 trials was 0.54, 0.45, 0.47, 0.43, 0.45 without it and 0.67, 0.80, 0.71,
-    0.63, 0.67 with it (the same trials); 5 campaigns searched with it too gave 0.74, 0.71,
-    0.74, 0.69, 0.67 (mean absolute error 14-17 % instead of 22-27 %), and all 10 found the
-    same best configuration.
+    0.63, 0.67 with the first cost model (FLOPs, weights, activations, overhead; the same
+    trials); 5 campaigns searched with it too gave 0.74, 0.71, 0.74, 0.69, 0.67. The cost model
+    of today (FLOPs by precision, activation bytes, attention scores) and the working-set
+    feature score those 10 campaigns at a mean of 0.765 (was 0.703), and 5 new campaigns
+    searched with them at 0.80, 0.79, 0.76, 0.67, 0.70 (mean absolute error 9-15 %); all 15
+    found the same best configuration.
 
     Example:
         >>> prior = demo_prior()
         >>> len(prior["cost_model"](DEFAULT_CONFIG)), len(prior["features"](DEFAULT_CONFIG))
-        (4, 4)
+        (6, 5)
     """
     from .workloads import gpt
 

@@ -67,8 +67,9 @@ print(result.status)
 # ## 3. A co-design campaign: Bayesian search over real trials
 # Each trial runs in a fresh Python process and lands in a SQLite store; the first trial is the
 # default configuration. Re-running this cell resumes the campaign instead of starting over. The
-# GP starts from the workload's rough cost model (`demo_prior()`: FLOPs, weights, activations and
-# per-micro-batch overhead per token, each with a weight the GP fits) instead of from nothing.
+# GP starts from the workload's rough cost model (`demo_prior()`: per token, FLOPs in fp32 and
+# in bf16, weights, activation bytes, per-micro-batch overhead and attention scores, each with a
+# weight the GP fits) instead of from nothing.
 
 # %%
 store = cml.TrialStore(STORE)
@@ -114,8 +115,10 @@ print(f"best {best_config}: {best_value:,.0f} tokens/s, "
 # micro-batches amortise the per-step overhead of a small model; bf16 autocast was faster than
 # fp32 on that CPU (its bf16 matmuls measured faster than fp32); recomputation only costs time
 # when memory is not the constraint (micro-batch 16 with it: 54,600); one thread is slower than
-# two. Starting from the workload's cost model (`demo_prior()`), the GP ranked the 14 trials
-# with a leave-one-out Kendall tau of 0.67 to 0.82 over 6 runs of the same campaign
-# (`cubicml-lab demo`, idle machine), and 0.43 to 0.54 without it. With 14 trials, a few repeats
-# that land 10% apart (see `02_collect_data`) move tau that much. Your numbers are in the table
+# two. Starting from the workload's cost model (`demo_prior()`), the GP ranked the 12-14 trials
+# with a leave-one-out Kendall tau of 0.67 to 0.80 over 5 runs of the same campaign
+# (`cubicml-lab demo`, idle machine), and 0.43 to 0.54 without a cost model. With so few
+# trials, one pair ranked the wrong way moves tau by 0.02, and 32-sequence micro-batches, which
+# run slower per token than 16 once their activations outgrow the CPU's caches, are the
+# hardest to predict from the others. Your numbers are in the table
 # and figure above: measured on your machine, not copied.

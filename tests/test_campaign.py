@@ -575,3 +575,16 @@ def test_cubicml_lab_run_starts_and_resumes_a_campaign_file(gpt_space, tmp_path)
                          timeout=120, cwd=tmp_path)
     assert bad.returncode == 2 and "missing key(s)" in bad.stderr
     assert "Traceback" not in bad.stderr
+
+
+def test_best_passes_over_a_figure_the_contention_guard_flagged(gpt_space, tmp_store):
+    camp = make("flagged", gpt_space, tmp_store)
+    cfg = {**TINY, "precision": "fp32", "recompute": "none"}
+    tmp_store.record_trial("flagged", {**cfg, "micro_batch": 2}, status="ok",
+                           metrics={"throughput": 900.0, "contended": 1.0})
+    assert camp.best() == ({"micro_batch": 2, "precision": "fp32", "recompute": "none"}, 900.0)
+    tmp_store.record_trial("flagged", {**cfg, "micro_batch": 4}, status="ok",
+                           metrics={"throughput": 500.0, "contended": 0.0})
+    # the flagged trial is faster on paper, but its figure is noise: the clean one is the best
+    assert camp.best() == ({"micro_batch": 4, "precision": "fp32", "recompute": "none"}, 500.0)
+    assert camp.summary()["best"] == 500.0

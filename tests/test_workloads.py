@@ -263,29 +263,40 @@ def test_compiled_gpt_runs() -> None:
 def test_gpt_cost_terms_follow_recompute_and_batching():
     from cubicml_lab.workloads.gpt import cost_terms
 
-    cfg = get("gpt").resolve(TINY)
-    flops, weights, activations, overhead = cost_terms(cfg)
+    cfg = get("gpt").resolve({**TINY, "precision": "fp32"})
+    flops, low, weights, activations, overhead, scores = cost_terms(cfg)
     tokens = cfg["micro_batch"] * cfg["seq_len"] * cfg["grad_accum"]
-    assert flops == pytest.approx(flops_per_step(cfg) / tokens)
+    assert flops == pytest.approx(flops_per_step(cfg) / tokens) and low == 0.0
     assert cost_terms({**cfg, "recompute": "full"})[0] == pytest.approx(flops * 4 / 3)
+    assert cost_terms({**cfg, "recompute": "full"})[5] == pytest.approx(scores * 4 / 3)
     assert flops < cost_terms({**cfg, "recompute": "selective"})[0] < flops * 4 / 3
     more = cost_terms({**cfg, "grad_accum": 2 * cfg["grad_accum"]})
-    assert more[1] == pytest.approx(weights / 2)  # one optimizer step for twice the tokens
-    assert more[2] == activations and more[3] == overhead  # per micro-batch: unchanged
-    assert cost_terms({**cfg, "micro_batch": 2 * cfg["micro_batch"]})[3] == overhead / 2
+    assert more[2] == pytest.approx(weights / 2)  # one optimizer step for twice the tokens
+    assert more[3] == activations and more[4] == overhead  # per micro-batch: unchanged
+    assert cost_terms({**cfg, "micro_batch": 2 * cfg["micro_batch"]})[4] == overhead / 2
     one, two = cost_terms({**cfg, "threads": 1}), cost_terms({**cfg, "threads": 2})
-    assert two[0] == one[0] / 2 and two[2] == one[2] / 2  # threads split the FLOPs
-    assert two[1] == one[1] and two[3] == one[3]  # not the per-step costs
+    assert two[0] == one[0] / 2 and two[3] == one[3] / 2 and two[5] == one[5] / 2  # threads
+    assert two[2] == one[2] and two[4] == one[4]  # not the per-step costs
+    # bf16: the same FLOPs in the low-precision term, half the activation bytes
+    half = cost_terms({**cfg, "precision": "bf16"})
+    assert half[:2] == [0.0, flops] and half[3] == activations / 2 and half[2] == weights
+    # more heads: more score elements, the same FLOPs
+    heads = cost_terms({**cfg, "n_heads": 2 * cfg["n_heads"]})
+    assert heads[5] == 2 * scores and heads[0] == flops
 
 
 def test_gpt_shape_features_are_the_micro_batch_gemm_sizes():
     from cubicml_lab.workloads.gpt import shape_features
 
     cfg = get("gpt").resolve(TINY)
-    tokens, hidden, logits, scores = shape_features(cfg)
+    tokens, hidden, logits, scores, working_set = shape_features(cfg)
     assert tokens == cfg["micro_batch"] * cfg["seq_len"]
     assert (hidden, logits) == (tokens * cfg["d_model"], tokens * cfg["vocab"])
     assert scores == 1 + cfg["seq_len"] * cfg["n_heads"] * cfg["n_layers"]
     longer = shape_features({**cfg, "seq_len": 2 * cfg["seq_len"],
                              "grad_accum": 2 * cfg["grad_accum"]})
     assert longer[0] == 2 * tokens and longer[3] == 2 * scores - 1  # grad_accum: unchanged
+    assert working_set == tokens * (8 + cfg["mlp_ratio"]) * cfg["d_model"] * (
+        2 if cfg["precision"] == "bf16" else 4)
+    assert shape_features({**cfg, "precision": "bf16"})[4] == 2 * tokens * (
+        8 + cfg["mlp_ratio"]) * cfg["d_model"]

@@ -97,43 +97,66 @@ def cost_terms(cfg: Mapping[str, Any]) -> list[float]:
     """Rough costs per token of one training step, for a GP's analytical prior mean
     (``GPPredictor(space, cost_model=...)``): a roofline-style sum whose weights the GP fits.
 
-    Returns ``[flops, weights, activations, overhead]``, each per token and in its own unit:
-    hardware FLOPs (:func:`flops_per_step` plus recomputation: a full block forward for
-    ``"full"``, the MLP forward for ``"selective"``); weight, gradient and optimizer-state
-    elements touched once per step (``N`` plus the input embedding, shared by the step's
-    tokens); activation elements written per layer (``(8 + mlp_ratio) * d_model``); and
-    per-micro-batch fixed costs (kernel launches, Python) shared by its tokens. The FLOPs and
-    activations are divided by ``threads`` where it is set (> 0): CPU threads split that work,
-    not the per-step and per-micro-batch costs. On the gpt sweep this raised the median tau
-    at 10 trials from 0.65 to 0.73 (``benchmarks/predictor_quality.py``). Precision and fused
-    kernels are left to the GP's kernel. ``cfg`` needs the model and batch knobs
-    (``d_model``, ``n_layers``, ``vocab``, ``seq_len``, ``mlp_ratio``, ``micro_batch``,
-    ``grad_accum``, ``recompute``; ``threads`` optional).
+    Returns ``[flops_fp32, flops_low, weights, activation_bytes, overhead, attention]``, each per
+    token and in its own unit:
+
+    * hardware FLOPs (:func:`flops_per_step` plus recomputation: a full block forward for
+      ``"full"``, the MLP forward for ``"selective"``), in the first term for fp32 and in the
+      second for bf16/fp16 (the other one 0), so that the fit learns each precision's speed on
+      the machine with one weight instead of leaving it to the kernel;
+    * weight, gradient and optimizer-state elements touched once per step (``N`` plus the input
+      embedding, shared by the step's tokens);
+    * bytes of activations written per layer (``(8 + mlp_ratio) * d_model`` elements of 4 bytes,
+      2 in bf16/fp16);
+    * per-micro-batch fixed costs (kernel launches, Python) shared by its tokens;
+    * attention-score elements per token (``seq_len * n_heads * n_layers``, a third more with
+      full recomputation): the fused attention kernel's softmax and masking run per head over
+      every score, which its FLOP count (independent of the head count) does not see.
+
+    The FLOPs, activations and scores are divided by ``threads`` where it is set (> 0): CPU
+    threads split that work, not the per-step and per-micro-batch costs. On 10 demo campaigns
+    (14 trials each, measured on a 2-core VM) splitting the FLOPs by precision, counting bytes
+    and adding the attention term lifted the GP's leave-one-out Kendall tau from a mean of
+    0.703 to 0.756 (with the working-set feature of :func:`shape_features`, to 0.769); on the
+    gpt sweep it left the median tau at 10 / 20 / 50 trials where it was (0.714 / 0.804 / 0.859
+    before, 0.722 / 0.802 / 0.857 after, 12 draws). ``cfg`` needs the model and batch knobs
+    (``d_model``, ``n_layers``, ``n_heads``, ``vocab``, ``seq_len``, ``mlp_ratio``,
+    ``micro_batch``, ``grad_accum``, ``recompute``; ``threads`` and ``precision`` optional).
 
     Example:
         >>> cfg = {k: knob.default for k, knob in KNOBS.items()}
-        >>> [round(t / 1e3, 1) for t in cost_terms(cfg)[:1]]
-        [4325.4]
+        >>> [round(t / 1e3, 1) for t in cost_terms(cfg)[:2]]
+        [4325.4, 0.0]
     """
     d, layers, vocab, ratio = cfg["d_model"], cfg["n_layers"], cfg["vocab"], cfg["mlp_ratio"]
     seq, micro = cfg["seq_len"], cfg["micro_batch"]
     tokens_per_micro = micro * seq
     tokens = tokens_per_micro * cfg["grad_accum"]
     flops = flops_per_step(cfg) / tokens
-    if cfg.get("recompute") == "full":
+    recompute = cfg.get("recompute")
+    if recompute == "full":
         flops *= 4 / 3  # one more forward: a third of forward + backward
-    elif cfg.get("recompute") == "selective":
+    elif recompute == "selective":
         flops += 4 * ratio * d * d * layers  # the MLPs' forward again
     weights = (layers * (4 + 2 * ratio) * d * d + 2 * d * vocab) / tokens
-    activations = float(layers * (8 + ratio) * d)
+    activations = float(layers * (8 + ratio) * d * _bytes_per_element(cfg))
+    scores = seq * cfg["n_heads"] * layers * (4 / 3 if recompute == "full" else 1.0)
     threads = cfg.get("threads") or 1  # 0: torch's default, unknown here
-    flops, activations = flops / threads, activations / threads
+    flops, activations, scores = flops / threads, activations / threads, scores / threads
     overhead = (layers + 1) / tokens_per_micro
-    return [float(flops), float(weights), activations, float(overhead)]
+    low = _bytes_per_element(cfg) == 2
+    return [0.0 if low else float(flops), float(flops) if low else 0.0, float(weights),
+            activations, float(overhead), float(scores)]
 
 
 #: Names of :func:`cost_terms`' values, in order (``GPPredictor.cost_shares`` columns).
-cost_terms.term_names = ("flops", "weights", "activations", "overhead")
+cost_terms.term_names = ("flops_fp32", "flops_low", "weights", "activation_bytes", "overhead",
+                         "attention")
+
+
+def _bytes_per_element(cfg: Mapping[str, Any]) -> int:
+    """2 for bf16/fp16 activations, 4 otherwise."""
+    return 2 if cfg.get("precision") in ("bf16", "fp16") else 4
 
 
 def shape_features(cfg: Mapping[str, Any]) -> list[float]:
@@ -143,12 +166,17 @@ def shape_features(cfg: Mapping[str, Any]) -> list[float]:
     one input rather than of two knobs.
 
     Returns ``[tokens per micro-batch, tokens x d_model, tokens x vocab, 1 + attention scores
-    per token]`` for one micro-batch: the rows of every GEMM, the size of the hidden-state
-    GEMMs, of the LM head's logits, and of the attention score matrices per token
-    (``seq_len * n_heads * n_layers``). On the gpt sweep at 50 trials, the GP with them and
-    :func:`cost_terms` ranks at a median Kendall tau of 0.87 where the cost model alone gave
-    0.81 (``benchmarks/predictor_quality.py``; ``GPPredictor`` module doc). ``cfg`` needs
-    ``d_model``, ``n_layers``, ``n_heads``, ``vocab``, ``seq_len`` and ``micro_batch``.
+    per token, working-set bytes]`` for one micro-batch: the rows of every GEMM, the size of the
+    hidden-state GEMMs, of the LM head's logits, of the attention score matrices per token
+    (``seq_len * n_heads * n_layers``), and the bytes of one layer's activations of the
+    micro-batch (``tokens * (8 + mlp_ratio) * d_model`` elements, 2 or 4 bytes), whose size
+    against the CPU's caches bends the speed (on the demo, 32 sequences ran slower per token
+    than 16). On the gpt sweep at 50 trials, the GP with the first four and
+    :func:`cost_terms` ranked at a median Kendall tau of 0.87 where the cost model alone gave
+    0.81 (``benchmarks/predictor_quality.py``; ``GPPredictor`` module doc); the working set
+    added 0.013 on 10 demo campaigns and left the sweep's tau where it was. ``cfg`` needs
+    ``d_model``, ``n_layers``, ``n_heads``, ``vocab``, ``seq_len``, ``mlp_ratio`` and
+    ``micro_batch`` (``precision`` optional).
 
     Example:
         >>> cfg = {k: knob.default for k, knob in KNOBS.items()}
@@ -157,13 +185,14 @@ def shape_features(cfg: Mapping[str, Any]) -> list[float]:
     """
     tokens = cfg["micro_batch"] * cfg["seq_len"]
     scores = cfg["seq_len"] * cfg["n_heads"] * cfg["n_layers"]
+    working_set = tokens * (8 + cfg["mlp_ratio"]) * cfg["d_model"] * _bytes_per_element(cfg)
     return [float(tokens), float(tokens * cfg["d_model"]), float(tokens * cfg["vocab"]),
-            float(1 + scores)]
+            float(1 + scores), float(working_set)]
 
 
 #: Names of :func:`shape_features`' values, in order (``GPPredictor.importance`` labels).
 shape_features.feature_names = ("tokens", "tokens_x_d_model", "tokens_x_vocab",
-                                "attention_scores")
+                                "attention_scores", "working_set_bytes")
 
 
 @lru_cache(maxsize=1)
