@@ -14,7 +14,9 @@ median) of the raw throughput (``throughput_raw``), of the corrected one
 reference speed), of the stored default (``throughput``) and
 of the reference itself; the mean seconds
 per measurement (process start included); and how many trials the guard flagged. Then the mean
-pairwise Kendall tau of the configurations' order between repeats, for each figure. Targets:
+pairwise Kendall tau of the configurations' order between repeats, for each figure, and how
+much each configuration feels the machine's drift (the slope of its log raw throughput on its
+log reference speed, and the spread its repeats would keep with that slope of its own). Targets:
 spread at most 3% for steps of at least 20 ms, at most 30 s per measurement.
 
 ``--load`` starts a competing CPU-bound load (one busy process per core) in the middle of the
@@ -50,6 +52,7 @@ import time
 from typing import Any
 
 import cubicml_lab as cml
+from cubicml_lab.timing import DRIFT_EXPONENT
 
 CONFIGS = {
     "gpt": [
@@ -202,6 +205,7 @@ def report_idle(names: list[str], configs: dict[str, list[dict[str, Any]]],
           f"{statistics.mean(secs):.1f} s per "
           f"measurement (max {max(secs):.1f}); flagged {sum(x['contended'] == 1 for x in rows)}"
           f"/{len(rows)}")
+    report_slopes(names, configs, rows)
     for name in names:
         reps = sorted({x["repeat"] for x in rows})
         keys = ("throughput_raw", "throughput_corrected", "throughput_rel", "throughput")
@@ -213,6 +217,45 @@ def report_idle(names: list[str], configs: dict[str, list[dict[str, Any]]],
               f"{mean_tau(by['throughput_raw']):.3f}, corrected "
               f"{mean_tau(by['throughput_corrected']):.3f}, fully corrected "
               f"{mean_tau(by['throughput_rel']):.3f}, default {mean_tau(by['throughput']):.3f}")
+
+
+def drift_slope(ok: list[dict[str, Any]]) -> tuple[float, float]:
+    """Least-squares slope of log raw throughput on log reference speed over a config's
+    repeats, and the spread ((max - min), in log units ~ relative) of what it leaves; NaN for
+    fewer than 3 repeats or a reference that did not move."""
+    pairs = [(math.log(x["reference_speed"]), math.log(x["throughput_raw"])) for x in ok
+             if x["reference_speed"] > 0 and x["throughput_raw"] > 0]
+    if len(pairs) < 3:
+        return math.nan, math.nan
+    mx = statistics.mean(p[0] for p in pairs)
+    my = statistics.mean(p[1] for p in pairs)
+    sxx = sum((p[0] - mx) ** 2 for p in pairs)
+    if sxx <= 0:
+        return math.nan, math.nan
+    slope = sum((p[0] - mx) * (p[1] - my) for p in pairs) / sxx
+    left = [p[1] - my - slope * (p[0] - mx) for p in pairs]
+    return slope, max(left) - min(left)
+
+
+def report_slopes(names: list[str], configs: dict[str, list[dict[str, Any]]],
+                  rows: list[dict[str, Any]]) -> None:
+    """How much each configuration feels the machine's drift: the slope of its log raw
+    throughput on its trials' log reference speed (``DRIFT_EXPONENT`` is one slope for all),
+    and the spread its repeats would have with their own slope (fitted on the same repeats:
+    optimistic). Slopes that differ from config to config are drift that one reference cannot
+    take out."""
+    parts = []
+    for name in names:
+        for i in range(len(configs[name])):
+            ok = [x for x in rows if x["workload"] == name and x["config"] == i
+                  and x["status"] == "ok" and not x["contended"]]
+            slope, left = drift_slope(ok)
+            if math.isfinite(slope):
+                parts.append((f"{name} {i}", slope, left))
+    if parts:
+        print(f"drift slope per config (DRIFT_EXPONENT = {DRIFT_EXPONENT}), and the spread left "
+              "with its own slope: " + ", ".join(f"{label} {slope:.2f} ({100 * left:.1f}%)"
+                                                 for label, slope, left in parts))
 
 
 def report_load(rows: list[dict[str, Any]], load: Load) -> None:
