@@ -33,7 +33,7 @@ per token; >= 0, any scale), the GP's prior mean is ``b + c * log(sum_i exp(a_i)
 of a constant, with ``a_i``, ``b`` and ``c`` fitted with the kernel by maximum likelihood (the
 kernel then models what the cost model misses). It carries the physics of the workload to
 configurations far from the trials: on the shipped CPU sweeps it lifts the median Kendall tau
-at 10 trials from 0.47 to 0.70 (``gpt``, with its ``features``) and from 0.11 to 0.65
+at 10 trials from 0.47 to 0.68 (``gpt``, with its ``features``) and from 0.11 to 0.65
 (``dlrm``), and on the MPT table from 0.47 to 0.93 (``benchmarks/predictor_quality.py``). See
 :func:`cubicml_lab.workloads.gpt.cost_terms`. A cost model may return a mapping of term name
 to value (its values are taken in order, e.g. ``LLMTrainingModel.cost_terms``); a bound method
@@ -47,8 +47,9 @@ BoTorch's dimension-scaled lengthscale prior over the space's columns, then the 
 terms, each normalised to the range the fit saw (a zero cost term sits one range below it). A
 smooth effect of a product of knobs is then a function of one input, which a product kernel
 over the knobs learns only from many more trials. On the gpt sweep at 50 trials the GP with
-the cost model and ``shape_features`` ranks at a median Kendall tau of 0.866, the cost model's
-GP of before (an RBF kernel over the knobs only) at 0.809 and the plain GP at 0.813
+the cost model and ``shape_features`` ranks at a median Kendall tau of 0.863 (0.866 with the
+4-term cost model of before), the cost model's GP of before that (an RBF kernel over the knobs
+only) at 0.809 and the plain GP at 0.813
 (``benchmarks/predictor_quality.py``, 5 draws). A scratch ablation over 10 other draws put
 each step at +0.01 to +0.02: Matern instead of RBF, the cost terms in the kernel, the features.
 
