@@ -183,7 +183,10 @@ def test_resumed_trial_is_pending_for_the_searcher(gpt_space, tmp_store):
 
 
 INTERRUPT_SCRIPT = """
-import sys, cubicml_lab as cml
+import signal, sys, cubicml_lab as cml
+# as in a terminal or a Jupyter kernel: a pytest started in the background (`make test &` in a
+# shell without job control) ignores SIGINT, and its children inherit that
+signal.signal(signal.SIGINT, signal.default_int_handler)
 space = cml.Space([cml.PowerOfTwo("micro_batch", 1, 4)])
 store = cml.TrialStore(sys.argv[1])
 camp = cml.Campaign("int", space, workload="gpt", store=store,
@@ -202,6 +205,24 @@ def _running(path, campaign):
         return False
     with cml.TrialStore(path) as store:
         return campaign in store.campaigns() and bool(store.trials(campaign, status="running"))
+
+
+def _descendants(pid):
+    """Live processes below ``pid`` (read from /proc)."""
+    import pathlib
+
+    parent = {}
+    for stat in pathlib.Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        parent[int(stat.parent.name)] = int(fields[1])
+    found, frontier = [], {pid}
+    while frontier:
+        frontier = {child for child, ppid in parent.items() if ppid in frontier}
+        found += sorted(frontier)
+    return [str(p) for p in found]
 
 
 @pytest.mark.slow
@@ -223,8 +244,7 @@ def test_interrupt_stops_with_one_line_and_requeues(tmp_path):
     while time.monotonic() < deadline and not _running(path, "int"):
         time.sleep(0.5)
     time.sleep(3)  # the trial process is importing torch or training now
-    children = subprocess.run(["pgrep", "-f", "cubicml_lab.launch.worker"], capture_output=True,
-                              text=True).stdout.split()
+    children = _descendants(proc.pid)  # this campaign's trial guard and worker, no other's
     assert children, "the trial process should be running"
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)
