@@ -201,9 +201,9 @@ plots.pareto_data(table, ds.objective, "peak_mem_gib").query("on_front")[
 # the same configurations agree only to tau 0.82 on this table, so 0.7 is not far from the
 # ceiling. `benchmarks/predictor_quality.py` ran the same comparison on every shipped table, with
 # gradient-boosted trees too (0.17 / 0.27 / 0.43 here). On `gpt_cpu_sweep`, where `ds.features`
-# adds a micro-batch's GEMM sizes to the kernel's inputs, the GP with both ranks at 0.70 / 0.80 /
-# 0.87 against the plain GP's 0.47 / 0.72 / 0.81; on MPT the cost model lifts 10 trials from 0.47
-# to 0.93.
+# adds a micro-batch's GEMM sizes to the kernel's inputs, the GP with both ranks at 0.68 / 0.75 /
+# 0.86 against the plain GP's 0.47 / 0.72 / 0.81 (5 draws; 25 other draws put the GP with both
+# at 0.71 / 0.80 / 0.86); on MPT the cost model lifts 10 trials from 0.47 to 0.93.
 #
 # Out of fold (5 folds, about 97 trials each fit), the GP with the cost model ranks at tau
 # 0.73, and its 95% intervals for a new measurement hold 88% of the measured values: slightly
