@@ -375,10 +375,12 @@ def _load_sweep(name: str, workload: str, path: Path) -> Dataset:
         notes += f" {dropped} unfinished (pending/running) trial(s) dropped."
     source = (f"cubicml-lab (this repository), benchmarks/collect_cpu_sweeps.py -> "
               f"data/{path.name}")
+    from .workloads import WithDefaults
+
     constants = {k: _plain(df[k].iloc[0]) for k in config_keys if k not in knobs}
     return _finish(name, df, knobs, "throughput", source, notes, {},
-                   cost_model=_SweepCost(workload, constants),
-                   features=_SweepCost(workload, constants, "shape_features")
+                   cost_model=WithDefaults(workload, "cost_terms", constants),
+                   features=WithDefaults(workload, "shape_features", constants)
                    if workload == "gpt" else None)
 
 
@@ -426,30 +428,6 @@ class _MPTCost:
 
     def __repr__(self) -> str:
         return "<cost terms of an MPT configuration (FLOPs, FSDP traffic, overhead per token)>"
-
-
-class _SweepCost:
-    """``config -> fn(config)`` for a function of a sweep's workload module (``cost_terms``,
-    ``shape_features``), the sweep's constant knobs (and the workload's defaults) filled in.
-    The workloads own their cost terms (a CPU run of this lab's ``gpt`` and ``dlrm``, the latter
-    no LLM), so the sweeps keep them rather than the cluster physics."""
-
-    def __init__(self, workload: str, constants: Mapping[str, Any],
-                 fn: str = "cost_terms") -> None:
-        from .workloads import dlrm, gpt, get
-
-        self.workload, self.fn = workload, fn
-        self._terms = getattr({"gpt": gpt, "dlrm": dlrm}[workload], fn)
-        for names in ("term_names", "feature_names"):  # the wrapped function's value names
-            if hasattr(self._terms, names):
-                setattr(self, names, getattr(self._terms, names))
-        self._base = {**get(workload).default_config(), **constants}
-
-    def __call__(self, config: Mapping[str, Any]) -> list[float]:
-        return self._terms({**self._base, **config})
-
-    def __repr__(self) -> str:
-        return f"<{self.fn} of the {self.workload!r} workload>"
 
 
 def _expand_raw(pd: Any, df: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:

@@ -90,18 +90,10 @@ def demo_prior() -> dict[str, Any]:
         >>> len(prior["cost_model"](DEFAULT_CONFIG)), len(prior["features"](DEFAULT_CONFIG))
         (6, 5)
     """
-    from .workloads import gpt
+    from .workloads import WithDefaults
 
-    base = {name: knob.default for name, knob in gpt.KNOBS.items()}
-
-    def cost_model(config: dict[str, Any]) -> list[float]:
-        return gpt.cost_terms({**base, **config})
-
-    def features(config: dict[str, Any]) -> list[float]:
-        return gpt.shape_features({**base, **config})
-
-    cost_model.term_names = gpt.cost_terms.term_names  # type: ignore[attr-defined]
-    return {"cost_model": cost_model, "features": features}
+    return {"cost_model": WithDefaults("gpt", "cost_terms"),
+            "features": WithDefaults("gpt", "shape_features")}
 
 
 def predictor_report(df: pd.DataFrame, space: Space, objective: str = "throughput",
@@ -119,17 +111,17 @@ def predictor_report(df: pd.DataFrame, space: Space, objective: str = "throughpu
     from .surrogate import GPPredictor, cross_val_predict, kendall_tau, mape
 
     ok = df[df["status"].eq("ok")]
-    flagged = ok["contended"].fillna(0).gt(0) if "contended" in ok else ok["status"].ne("ok")
+    flagged = int(ok["contended"].fillna(0).gt(0).sum()) if "contended" in ok else 0
     configs = [{n: row[n] for n in space.names} for _, row in ok.iterrows()]
     configs = [space.project(c) for c in configs]
     values = ok[objective].to_numpy(dtype=float)
     if len(values) < 4:
-        return {"n": len(values), "flagged": int(flagged.sum()), "kendall_tau": float("nan"),
+        return {"n": len(values), "flagged": flagged, "kendall_tau": float("nan"),
                 "mape": float("nan")}
     cv = cross_val_predict(lambda: GPPredictor(space, objective, seed=seed, **gp_options),
                            configs, values, folds="loo", seed=seed)
     mean = np.asarray(cv["mean"], dtype=float)
-    return {"n": len(values), "flagged": int(flagged.sum()), "measured": values, "mean": mean,
+    return {"n": len(values), "flagged": flagged, "measured": values, "mean": mean,
             "lo": np.asarray(cv["lo"]), "hi": np.asarray(cv["hi"]),
             "kendall_tau": float(kendall_tau(values, mean)), "mape": float(mape(values, mean))}
 

@@ -115,7 +115,8 @@ REPEAT_LOG_SD = 0.025
 #: while it drifted by up to 35% (8.6% at 1.0, 18% raw). What one exponent cannot take out:
 #: how much a configuration feels the drift is its own (slopes 0.44 and 0.37 in two runs for
 #: ``gpt`` micro-batch 32 at d_model 64, 0.99 and 1.00 for ``dlrm`` with the ``cat``
-#: interaction); with its own slope each configuration's repeats fall within 1-5% (median 2.5%).
+#: interaction); with its own slope each configuration's repeats fall within 0.8-4.9% (median
+#: 2.6%; the slope fitted on the same repeats: optimistic).
 DRIFT_EXPONENT = 0.7
 #: Whether the default figure (``throughput``, the searchers' default objective) is the
 #: drift-corrected one (``throughput_corrected``) or the raw one (``throughput_raw``).

@@ -16,11 +16,13 @@ Example:
 from __future__ import annotations
 
 import importlib
+from collections.abc import Mapping
+from typing import Any
 
 from ..errors import ConfigError
 from .base import Built, Knob, Workload
 
-__all__ = ["Built", "Knob", "Workload", "get", "names"]
+__all__ = ["Built", "Knob", "Workload", "WithDefaults", "get", "names"]
 
 _REGISTRY: dict[str, tuple[str, str]] = {"dlrm": ("cubicml_lab.workloads.dlrm", "DLRMWorkload"),
                                          "gpt": ("cubicml_lab.workloads.gpt", "GPTWorkload")}
@@ -42,3 +44,32 @@ def get(name: str) -> Workload:
                           hint=f"known workloads: {', '.join(names())}")
     module, cls = _REGISTRY[name]
     return getattr(importlib.import_module(module), cls)()
+
+
+class WithDefaults:
+    """``config -> fn(config)`` for a function of a workload's module (``cost_terms``,
+    ``shape_features``) that needs every knob, with the workload's defaults and ``constants``
+    filled in where ``config`` leaves a knob out: a GP's ``cost_model`` or ``features`` over a
+    space that searches only some knobs. Carries the function's ``term_names`` /
+    ``feature_names``.
+
+    Example:
+        >>> terms = WithDefaults("gpt", "cost_terms", {"d_model": 256})
+        >>> len(terms({"micro_batch": 4})) == len(terms.term_names)
+        True
+    """
+
+    def __init__(self, workload: str, fn: str = "cost_terms",
+                 constants: Mapping[str, Any] | None = None) -> None:
+        self.workload, self.fn = workload, fn
+        self._fn = getattr(importlib.import_module(_REGISTRY[workload][0]), fn)
+        for names in ("term_names", "feature_names"):  # the wrapped function's value names
+            if hasattr(self._fn, names):
+                setattr(self, names, getattr(self._fn, names))
+        self._base = {**get(workload).default_config(), **(constants or {})}
+
+    def __call__(self, config: Mapping[str, Any]) -> list[float]:
+        return self._fn({**self._base, **config})
+
+    def __repr__(self) -> str:
+        return f"<{self.fn} of the {self.workload!r} workload>"
