@@ -538,6 +538,26 @@ def test_a_cost_term_that_is_zero_where_it_does_not_apply(space):
     assert kendall_tau(mean, [truth(c) for c in test]) > 0.9
 
 
+def test_a_cost_term_no_trial_of_the_fit_had_is_left_out_of_the_mean(space):
+    """A term that is 0 on every trial (say, bf16 FLOPs when only fp32 ran) has no weight to
+    learn: a configuration that has it is predicted from the other terms, not swamped by it."""
+    def truth(cfg):
+        return 1e4 / (cfg["layers"] + 16.0 / cfg["micro_batch"])
+
+    def terms(cfg):  # the layers' cost in one of two terms, by recompute setting
+        full = cfg["recompute"] == "full"
+        return [0.0 if full else float(cfg["layers"]), 1e6 * cfg["layers"] if full else 0.0,
+                1.0 / cfg["micro_batch"]]
+
+    cfgs = space.enumerate()
+    train = [c for c in cfgs if c["recompute"] == "none"][::5]
+    unseen = [c for c in cfgs if c["recompute"] == "full"]
+    pred = GPPredictor(space, cost_model=terms).fit(train, [truth(c) for c in train])
+    mean, _ = pred.predict(unseen)
+    ratio = mean / np.array([truth(c) for c in unseen])
+    assert np.isfinite(mean).all() and (ratio > 0.5).all(), ratio  # was ~1e-6
+
+
 # -- GPPredictor with derived inputs (features) ----------------------------------------------------
 def diagonal(cfg: dict) -> float:
     """A surface that oscillates along log2(a * b): one smooth function of a product of knobs."""

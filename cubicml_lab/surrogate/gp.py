@@ -395,7 +395,10 @@ class GPPredictor(BasePredictor):
         if self._n_terms:
             logs = X[:, -self._n_terms:]
             finite = torch.isfinite(logs)  # a zero term (log = -inf) is left out of its mean
-            self._cost_shift = torch.where(finite, logs, 0.0).sum(0) / finite.sum(0).clamp_min(1)
+            shift = torch.where(finite, logs, 0.0).sum(0) / finite.sum(0).clamp_min(1)
+            # a term 0 on every trial of the fit has no weight to learn: left out of the mean
+            # (at its prior weight it outweighed the others a million-fold on a new config)
+            self._cost_shift = torch.where(finite.any(0), shift, torch.inf)
 
     def _build(self, X: torch.Tensor, Y: torch.Tensor, Yvar: torch.Tensor | None,
                bounds: torch.Tensor) -> Any:
