@@ -3,7 +3,10 @@
 For each workload, a handful of configurations are measured ``--repeats`` times, each in a fresh
 interpreter (``cml.launch.Subprocess``), interleaved so that slow drifts of the machine hit every
 configuration alike. Every trial times its own drift reference (``metrics["reference_speed"]``,
-a fixed small MLP step between its windows) and runs under the contention guard. The stored
+a fixed small MLP step between its windows) and runs under the contention guard and the
+speed-state gate (once the machine's usual reference speed is known from 5 earlier trials, a
+window taken while the reference read more than ``--drift-tol`` off it is set aside and re-timed,
+for up to ``--drift-wait-s`` seconds; ``--drift-tol 0`` turns the gate off). The stored
 ``throughput`` is the drift-corrected figure ``throughput_corrected`` (``throughput_raw`` times
 (the machine's nominal reference speed over the trial's) ** ``DRIFT_EXPONENT``), as
 ``DRIFT_CORRECTED_DEFAULT`` says: it spread less across repeats than the raw one here.
@@ -117,10 +120,11 @@ class Load:
 
 
 def measure_options(args: Any) -> dict[str, float]:
-    """The trials' measure options: ``--max-time-s`` and, where given, ``--target-rel-ci`` and
-    ``--reference-share`` (the rest: ``MeasureOptions``' defaults)."""
+    """The trials' measure options: ``--max-time-s`` and, where given, ``--target-rel-ci``,
+    ``--reference-share``, ``--drift-tol`` and ``--drift-wait-s`` (the rest: ``MeasureOptions``'
+    defaults)."""
     options = {"max_time_s": args.max_time_s}
-    for key in ("target_rel_ci", "reference_share"):
+    for key in ("target_rel_ci", "reference_share", "drift_tol", "drift_wait_s"):
         if getattr(args, key) is not None:
             options[key] = getattr(args, key)
     return options
@@ -148,11 +152,16 @@ def measure_all(names: list[str], configs: dict[str, list[dict[str, Any]]], args
                          "throughput_corrected",
                          "reference_speed", "drift_corrected",
                          "contended", "contended_windows", "cpu_wait", "others_cpu",
-                         "throughput_log_var")}})
+                         "throughput_log_var", "reference_usual", "offstate_windows",
+                         "drift_gated")}})
         print(f"  {name} config {i} repeat {r}: {res.status} "
               f"{1e3 * m.get('step_time_s', math.nan):.1f} ms, contended "
               f"{m.get('contended', math.nan):.0f} ({m.get('contended_windows', math.nan):.0f} "
-              f"windows), {rows[-1]['secs']:.1f} s; load {os.getloadavg()[0]:.2f}",
+              f"windows), {rows[-1]['secs']:.1f} s; reference "
+              f"{m.get('reference_speed', math.nan):.0f}"
+              f" (usual {m.get('reference_usual', math.nan):.0f}, "
+              f"{m.get('offstate_windows', math.nan):.0f} windows set aside); "
+              f"load {os.getloadavg()[0]:.2f}",
               file=sys.stderr, flush=True)
     if timer is not None:
         timer.join()
@@ -205,6 +214,11 @@ def report_idle(names: list[str], configs: dict[str, list[dict[str, Any]]],
           f"{statistics.mean(secs):.1f} s per "
           f"measurement (max {max(secs):.1f}); flagged {sum(x['contended'] == 1 for x in rows)}"
           f"/{len(rows)}")
+    gated = [x for x in rows if x.get("drift_gated") == 1]
+    print(f"speed-state gate: {len(gated)}/{len(rows)} figures from windows at the machine's "
+          f"usual reference speed; "
+          f"{sum(x.get('offstate_windows') or 0 for x in rows):.0f} windows set aside in "
+          f"{sum((x.get('offstate_windows') or 0) > 0 for x in rows)} trials")
     report_slopes(names, configs, rows)
     for name in names:
         reps = sorted({x["repeat"] for x in rows})
@@ -341,6 +355,12 @@ def main() -> None:
                         help="stop a trial's timing at this CI of its median (default 0.02)")
     parser.add_argument("--reference-share", type=float, default=None,
                         help="share of timed seconds spent on the drift reference (default 0.1)")
+    parser.add_argument("--drift-tol", type=float, default=None,
+                        help="set aside windows this far (log) from the machine's usual reference "
+                             "speed (default 0.08; 0: off)")
+    parser.add_argument("--drift-wait-s", type=float, default=None,
+                        help="seconds of set-aside windows before timing keeps them all "
+                             "(default 20)")
     parser.add_argument("--load", action="store_true",
                         help="start one busy process per core half-way through")
     parser.add_argument("--quick", action="store_true", help="3 configs x 3 repeats")

@@ -304,7 +304,7 @@ def _build_and_time(workload: Any, config: dict[str, Any], options: Any, device:
     """
     import torch
 
-    from .hardware import GpuTelemetry, reference_nominal
+    from .hardware import GpuTelemetry, record_reference, reference_nominal, reference_usual
     from .timing import (device_peak_flops, make_timer, peak_memory_gib, reference_metrics,
                          reset_peak_memory, summarize, time_steps)
 
@@ -320,12 +320,15 @@ def _build_and_time(workload: Any, config: dict[str, Any], options: Any, device:
     telemetry = GpuTelemetry(device) if device.startswith("cuda") else contextlib.nullcontext()
     with telemetry:
         guard, reference = _guard_and_reference(device, options, telemetry)
+        usual = (reference_usual(torch.get_num_threads(), options.drift_tol)
+                 if reference is not None and options.drift_tol > 0 else None)
         hardware["contention_guard"] = (type(guard).__name__ if guard is not None and
                                         options.guard else "off")
         timing = time_steps(step, sync=built.sync, options=options,
                             timer=make_timer(device, built.sync),
                             reduce=world.max if world.distributed else None,
-                            guard=guard, reference=reference)
+                            guard=guard, reference=reference,
+                            reference_usual=1.0 / usual if usual else None)
     if isinstance(telemetry, GpuTelemetry):
         hardware.update(telemetry.summary())
     loss = world.mean(float(last[0]))
@@ -336,6 +339,8 @@ def _build_and_time(workload: Any, config: dict[str, Any], options: Any, device:
                               "reported")
     speed = reference_metrics(timing)["reference_speed"]
     nominal = reference_nominal(speed, torch.get_num_threads()) if math.isfinite(speed) else None
+    if world.rank == 0 and not timing.contended:
+        record_reference(speed, torch.get_num_threads())
     metrics = summarize(timing, built.units_per_step, built.flops_per_step, peak_flops,
                         built.n_devices, units=workload.units, reference_nominal=nominal)
     metrics.update(peak_mem_gib=world.max(peak_memory_gib(device)), loss=loss,

@@ -167,7 +167,12 @@ store.close()
 # machine's speed (`throughput`; the raw one is `throughput_raw`), and windows that shared the
 # cores are discarded or flagged (`contended`): on an idle 2-core VM, 5 fresh repeats of 10
 # configurations still spread by a median 4.7% corrected, 17.4% raw
-# (`benchmarks/measure_repeatability.py`). bf16 was 1.55x faster than fp32 at micro-batch 16 on
+# (`benchmarks/measure_repeatability.py`). That VM switches between speed states for seconds
+# to minutes (its reference ran at about 255 steps/s, at times 200 or 280), and configurations
+# feel a switch unequally, so the correction cannot take it all out. Now windows timed while the
+# reference reads off the machine's usual speed are set aside and re-timed (`offstate_windows`
+# in the metrics): 5 repeats of those 10 configurations then spread by a median 2.2%, in two
+# runs. bf16 was 1.55x faster than fp32 at micro-batch 16 on
 # this CPU, and full recomputation cost 17%.
 #
 # With `Torchrun`, FSDP2 over 2 processes of 1 thread each (gloo) trained micro-batch 16 per

@@ -327,11 +327,93 @@ def test_drift_corrected_throughput_is_on_the_machine_scale(tmp_path, monkeypatc
     assert math.isnan(raw["throughput_corrected"])
 
 
+class SpeedStates:
+    """A machine that runs slow (``factor`` x) while ``slow(reference samples so far)``: the
+    step and the reference both slow down, unequally, as configurations do on a shared VM."""
+
+    def __init__(self, slow, factor: float = 1.5) -> None:
+        self.slow, self.factor, self.samples = slow, factor, 0
+
+    def step(self) -> None:
+        time.sleep(0.002 * (self.factor if self.slow(self.samples) else 1.0))
+
+    def reference(self) -> float:
+        self.samples += 1
+        return 0.001 * (1.25 if self.slow(self.samples) else 1.0)
+
+
+def test_windows_off_the_usual_speed_are_set_aside_and_retimed() -> None:
+    opts = MeasureOptions(target_rel_ci=1e-9, min_steps=12, max_steps=12, window_min_s=0.0,
+                          max_time_s=5.0, drift_tol=0.08, drift_wait_s=2.0)
+    machine = SpeedStates(lambda i: 3 <= i <= 8)  # the 2nd to 7th windows run slow
+    t = time_steps(machine.step, options=opts, reference=machine.reference,
+                   reference_usual=0.001)
+    assert t.drift_gated and t.offstate_windows >= 5 and t.windows == 12
+    assert max(t.step_times_s) < 0.0027  # every window kept ran at the usual speed
+    assert t.reference_times_s and max(t.reference_times_s) == 0.001
+    m = summarize(t, 100, 1e6, None)
+    assert m["drift_gated"] == 1.0 and m["offstate_windows"] == t.offstate_windows
+    assert m["reference_usual"] == pytest.approx(1000.0) and m["offstate_s"] > 0
+    # without the usual speed every window counts: the slow ones are in the figure
+    machine = SpeedStates(lambda i: 3 <= i <= 8)
+    t = time_steps(machine.step, options=opts, reference=machine.reference)
+    assert not t.drift_gated and t.offstate_windows == 0 and max(t.step_times_s) > 0.0027
+    assert summarize(t, 100, 1e6, None)["drift_gated"] == 0.0
+
+
+def test_timing_stops_waiting_for_the_usual_speed_after_drift_wait_s() -> None:
+    opts = MeasureOptions(target_rel_ci=1e-9, min_steps=10, max_steps=10, window_min_s=0.0,
+                          max_time_s=5.0, drift_tol=0.08, drift_wait_s=0.1)
+    machine = SpeedStates(lambda i: True)  # slow for good: the usual speed never returns
+    t0 = time.perf_counter()
+    t = time_steps(machine.step, options=opts, reference=machine.reference,
+                   reference_usual=0.001)
+    assert time.perf_counter() - t0 < 2.0
+    assert not t.drift_gated and t.offstate_s > 0.1 and t.offstate_windows >= 1
+    assert t.steps_timed == 10 and min(t.step_times_s) > 0.0027  # kept, as measured
+    assert t.reference_times_s and min(t.reference_times_s) == 0.00125
+    # a tolerance of 0 turns the gate off
+    machine = SpeedStates(lambda i: True)
+    t = time_steps(machine.step, options=MeasureOptions(
+        min_steps=10, max_steps=10, window_min_s=0.0, drift_tol=0.0),
+        reference=machine.reference, reference_usual=0.001)
+    assert t.offstate_windows == 0 and t.offstate_s == 0.0 and not t.drift_gated
+
+
+def test_the_usual_speed_is_the_most_common_state_not_the_median(tmp_path, monkeypatch) -> None:
+    from cubicml_lab.hardware import record_reference, reference_usual, usual_speed
+    from cubicml_lab.hardware.contention import USUAL_HISTORY, USUAL_MIN, USUAL_MOVED
+
+    states = [200, 201, 202, 240, 241, 279, 280, 281, 282]  # median 241, most often ~280
+    assert usual_speed(states, 0.08) == pytest.approx(281)
+    assert usual_speed(states[:USUAL_MIN - 1], 0.08) is None
+    monkeypatch.setenv("CUBICML_LAB_CACHE_DIR", str(tmp_path))
+    for speed in states[:USUAL_MIN - 1]:
+        record_reference(speed, 2)
+    assert reference_usual(2, 0.08) is None and reference_usual(1, 0.08) is None
+    record_reference(float("nan"), 2)  # ignored
+    assert reference_usual(2, 0.08) is None
+    for speed in states[USUAL_MIN - 1:]:
+        record_reference(speed, 2)
+    assert reference_usual(2, 0.08) == pytest.approx(281)
+    for _ in range(USUAL_MOVED - 1):  # a few trials elsewhere: a passing state
+        record_reference(150.0, 2)
+    assert reference_usual(2, 0.08) == pytest.approx(281)
+    record_reference(150.0, 2)  # as many as USUAL_MOVED in a row: the machine moved
+    assert reference_usual(2, 0.08) == pytest.approx(150.0)
+    for _ in range(USUAL_HISTORY):
+        record_reference(150.0, 2)
+    cache = json.loads((tmp_path / "reference.json").read_text())
+    assert [len(v["recent"]) for v in cache.values()] == [USUAL_HISTORY]
+
+
 def test_guard_options_are_checked() -> None:
     with pytest.raises(MeasurementError, match="guard = 1 must be a bool"):
         MeasureOptions(guard=1)
     with pytest.raises(MeasurementError, match="reference_share = 1.0 must be in"):
         MeasureOptions(reference_share=1.0)
+    with pytest.raises(MeasurementError, match="drift_tol = -0.1 must be >= 0"):
+        MeasureOptions(drift_tol=-0.1)
     assert MeasureOptions.from_dict({"guard": False}).guard is False
 
 

@@ -15,7 +15,9 @@
   same question for a CUDA device (throttle reasons seen by :class:`GpuTelemetry`).
 * :class:`ReferenceWork`: a fixed small training step whose speed, measured next to a trial,
   gauges how fast the machine runs at that moment (drift correction); :func:`reference_nominal`
-  keeps the machine's nominal speed, the scale of corrected figures.
+  keeps the machine's nominal speed, the scale of corrected figures; :func:`record_reference`
+  and :func:`reference_usual` keep its recent speeds and the one it is usually at (a machine
+  that switches between speed states has its windows held to that one: ``time_steps``).
 
 Importing this package imports no torch. Its modules: :mod:`~cubicml_lab.hardware.machine`,
 :mod:`~cubicml_lab.hardware.gpu` and :mod:`~cubicml_lab.hardware.contention`.
@@ -23,7 +25,15 @@ Importing this package imports no torch. Its modules: :mod:`~cubicml_lab.hardwar
 
 from __future__ import annotations
 
-from .contention import MAX_CPU_WAIT, CpuContention, ReferenceWork, reference_nominal
+from .contention import (
+    MAX_CPU_WAIT,
+    CpuContention,
+    ReferenceWork,
+    record_reference,
+    reference_nominal,
+    reference_usual,
+    usual_speed,
+)
 from .gpu import GpuTelemetry, ThrottleGuard, parse_smi_sample, summarize_telemetry
 from .machine import (
     cpu_model,
@@ -39,5 +49,6 @@ from .machine import (
 
 __all__ = ["CpuContention", "GpuTelemetry", "ReferenceWork", "ThrottleGuard", "default_device",
            "device_peak_flops", "hardware_info", "host_record", "locked_json_cache", "MAX_CPU_WAIT",
-           "parse_smi_sample", "peak_memory_gib", "reference_nominal", "reset_peak_memory",
+           "parse_smi_sample", "peak_memory_gib", "record_reference", "reference_nominal",
+           "reference_usual", "usual_speed", "reset_peak_memory",
            "summarize_telemetry", "tune_cpu_allocator", "cpu_model"]

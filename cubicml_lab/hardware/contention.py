@@ -12,7 +12,9 @@ import time
 
 from .machine import cpu_model, locked_json_cache
 
-__all__ = ["MAX_CPU_WAIT", "CpuContention", "ReferenceWork", "reference_nominal"]
+__all__ = ["MAX_CPU_WAIT", "USUAL_HISTORY", "USUAL_MIN", "USUAL_MOVED", "CpuContention",
+           "ReferenceWork", "record_reference", "reference_nominal", "reference_usual",
+           "usual_speed"]
 
 
 def _threads_wait_s() -> float | None:
@@ -207,3 +209,73 @@ def reference_nominal(speed: float, threads: int) -> float:
             return float(cache[key]["steps_per_s"])
         cache[key] = {"steps_per_s": float(speed), "measured_at": time.time()}
     return float(speed)
+
+
+
+#: Reference speeds of this many recent trials are kept per CPU model and thread count.
+USUAL_HISTORY = 25
+#: Recent figures needed before :func:`reference_usual` names a usual speed.
+USUAL_MIN = 5
+#: This many latest figures that agree with each other and not with the usual speed make theirs
+#: the usual one: the machine has moved (each of those trials waited for the old speed in vain).
+USUAL_MOVED = 3
+
+
+def usual_speed(speeds: list[float], tol: float) -> float | None:
+    """The speed most of ``speeds`` (oldest first) agree on: the median of the largest group
+    within ``tol`` (in log) of one of them (ties: the group whose centre is nearest the overall
+    median); but the median of the last :data:`USUAL_MOVED` when they lie within ``tol`` of each
+    other and further from that; ``None`` for fewer than :data:`USUAL_MIN` figures.
+
+    A machine that switches between speed states has several clusters; the mode, not the
+    median, is the state it is usually in, until it settles in another.
+
+    Example:
+        >>> round(usual_speed([240, 236, 280, 244, 238, 279, 241], 0.08))
+        240
+        >>> round(usual_speed([240, 236, 280, 244, 238, 279, 241, 200, 203, 199], 0.08))
+        200
+    """
+    ordered = [math.log(s) for s in speeds if s > 0 and math.isfinite(s)]
+    if len(ordered) < USUAL_MIN:
+        return None
+    logs = sorted(ordered)
+    mid = logs[len(logs) // 2]
+    groups = [[x for x in logs if abs(x - c) <= tol] for c in logs]
+    best = max(groups, key=lambda g: (len(g), -abs(g[len(g) // 2] - mid)))
+    usual = best[len(best) // 2]
+    last = sorted(ordered[-USUAL_MOVED:])
+    moved = last[len(last) // 2]
+    if last[-1] - last[0] <= tol and abs(moved - usual) > tol:
+        return math.exp(moved)
+    return math.exp(usual)
+
+
+def reference_usual(threads: int, tol: float) -> float | None:
+    """This machine's usual :class:`ReferenceWork` speed (steps/s) at ``threads``: the
+    :func:`usual_speed` of the last :data:`USUAL_HISTORY` trials' figures
+    (:func:`record_reference`, kept in ``$CUBICML_LAB_CACHE_DIR/reference.json``); ``None``
+    until :data:`USUAL_MIN` were recorded. ``tol``: how far (in log) figures of one speed state
+    lie apart (``MeasureOptions.drift_tol``)."""
+    key = f"{cpu_model()}|threads={threads}"
+    with locked_json_cache("reference.json") as cache:
+        entry = cache.get(key)
+        recent = entry.get("recent") if isinstance(entry, dict) else None
+    if not isinstance(recent, list):
+        return None
+    return usual_speed([float(x) for x in recent if isinstance(x, (int, float))], tol)
+
+
+def record_reference(speed: float, threads: int) -> None:
+    """Add a trial's reference speed (steps/s) to the machine's recent figures at ``threads``
+    (the last :data:`USUAL_HISTORY` are kept); a non-finite or non-positive one is ignored."""
+    if not (math.isfinite(speed) and speed > 0):
+        return
+    key = f"{cpu_model()}|threads={threads}"
+    with locked_json_cache("reference.json") as cache:
+        entry = cache.get(key)
+        if not isinstance(entry, dict):
+            entry = cache[key] = {"steps_per_s": float(speed), "measured_at": time.time()}
+        kept = entry.get("recent")
+        recent = [x for x in kept if isinstance(x, (int, float))] if isinstance(kept, list) else []
+        entry["recent"] = (recent + [float(speed)])[-USUAL_HISTORY:]

@@ -74,7 +74,13 @@ class Timing:
         contended_s: Seconds of discarded windows and reference samples.
         guard_figures: Per window, clean or discarded, in order: the guard's figures (e.g.
             ``cpu_wait``, ``cpu_util``, ``others_cpu``) and ``contended`` (1.0 / 0.0).
-        reference_times_s: Seconds per reference step of each clean reference sample.
+        reference_times_s: Seconds per reference step of each clean reference sample behind
+            the figure (with ``drift_gated``, those taken at the machine's usual speed).
+        offstate_windows: Windows set aside because the machine was off its usual speed (see
+            ``MeasureOptions.drift_tol``); they are in the figure unless ``drift_gated``.
+        offstate_s: Seconds of those windows and of the reference samples after them.
+        drift_gated: The figure comes from windows at the machine's usual speed only.
+        reference_usual_s: The usual reference step time the windows were held to (NaN: none).
     """
 
     step_times_s: list[float]
@@ -95,6 +101,10 @@ class Timing:
     contended_s: float = 0.0
     guard_figures: list[dict[str, float]] = field(default_factory=list)
     reference_times_s: list[float] = field(default_factory=list)
+    offstate_windows: int = 0
+    offstate_s: float = 0.0
+    drift_gated: bool = False
+    reference_usual_s: float = math.nan
 
 
 #: Repeat-to-repeat noise of a clean CPU figure that its own windows cannot see, as a
@@ -156,19 +166,27 @@ def guard_metrics(timing: Timing) -> dict[str, float]:
 
 
 def reference_metrics(timing: Timing) -> dict[str, float]:
-    """The drift reference: ``reference_speed`` (reference steps/s, median of the samples),
-    ``reference_step_s``, ``reference_rel_spread`` (IQR / median), ``reference_rel_ci`` (95%
-    CI half-width of the median / median; inf under 6 samples), ``reference_samples``."""
+    """The drift reference: ``reference_speed`` (reference steps/s, median of the samples
+    behind the figure), ``reference_step_s``, ``reference_rel_spread`` (IQR / median),
+    ``reference_rel_ci`` (95% CI half-width of the median / median; inf under 6 samples),
+    ``reference_samples``; and the speed-state gate: ``reference_usual`` (the usual speed the
+    windows were held to, steps/s; NaN: none), ``offstate_windows``, ``offstate_s`` and
+    ``drift_gated`` (1.0: the figure comes from windows at the usual speed only)."""
     refs = timing.reference_times_s
+    usual = timing.reference_usual_s
+    gate = {"reference_usual": 1.0 / usual if usual > 0 else math.nan,
+            "offstate_windows": float(timing.offstate_windows), "offstate_s": timing.offstate_s,
+            "drift_gated": 1.0 if timing.drift_gated else 0.0}
     if not refs:
         return {"reference_speed": math.nan, "reference_step_s": math.nan,
                 "reference_rel_spread": math.nan, "reference_rel_ci": math.nan,
-                "reference_samples": 0.0}
+                "reference_samples": 0.0, **gate}
     s = sorted(refs)
     med = quantile(s, 0.5)
     return {"reference_speed": 1.0 / med, "reference_step_s": med,
             "reference_rel_spread": (quantile(s, 0.75) - quantile(s, 0.25)) / med,
-            "reference_rel_ci": median_rel_ci(refs), "reference_samples": float(len(refs))}
+            "reference_rel_ci": median_rel_ci(refs), "reference_samples": float(len(refs)),
+            **gate}
 
 
 def _rel_ci(timing: Timing, ref: dict[str, float] | None) -> float:
