@@ -6,7 +6,8 @@ configuration alike. Every trial times its own drift reference (``metrics["refer
 a fixed small MLP step between its windows) and runs under the contention guard and the
 speed-state gate (once the machine's usual reference speed is known from 5 earlier trials, a
 window taken while the reference read more than ``--drift-tol`` off it is set aside and re-timed,
-for up to ``--drift-wait-s`` seconds; ``--drift-tol 0`` turns the gate off). The stored
+for up to ``--drift-budget`` times ``--max-time-s`` seconds; ``--drift-tol 0`` turns the gate
+off). The stored
 ``throughput`` is the drift-corrected figure ``throughput_corrected`` (``throughput_raw`` times
 (the machine's nominal reference speed over the trial's) ** ``DRIFT_EXPONENT``), as
 ``DRIFT_CORRECTED_DEFAULT`` says: it spread less across repeats than the raw one here.
@@ -121,10 +122,10 @@ class Load:
 
 def measure_options(args: Any) -> dict[str, float]:
     """The trials' measure options: ``--max-time-s`` and, where given, ``--target-rel-ci``,
-    ``--reference-share``, ``--drift-tol`` and ``--drift-wait-s`` (the rest: ``MeasureOptions``'
+    ``--reference-share``, ``--drift-tol`` and ``--drift-budget`` (the rest: ``MeasureOptions``'
     defaults)."""
     options = {"max_time_s": args.max_time_s}
-    for key in ("target_rel_ci", "reference_share", "drift_tol", "drift_wait_s"):
+    for key in ("target_rel_ci", "reference_share", "drift_tol", "drift_budget"):
         if getattr(args, key) is not None:
             options[key] = getattr(args, key)
     return options
@@ -358,9 +359,9 @@ def main() -> None:
     parser.add_argument("--drift-tol", type=float, default=None,
                         help="set aside windows this far (log) from the machine's usual reference "
                              "speed (default 0.08; 0: off)")
-    parser.add_argument("--drift-wait-s", type=float, default=None,
-                        help="seconds of set-aside windows before timing keeps them all "
-                             "(default 20)")
+    parser.add_argument("--drift-budget", type=float, default=None,
+                        help="seconds of set-aside windows before timing keeps them all, as a "
+                             "multiple of --max-time-s (default 2)")
     parser.add_argument("--load", action="store_true",
                         help="start one busy process per core half-way through")
     parser.add_argument("--quick", action="store_true", help="3 configs x 3 repeats")

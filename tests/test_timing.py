@@ -344,7 +344,7 @@ class SpeedStates:
 
 def test_windows_off_the_usual_speed_are_set_aside_and_retimed() -> None:
     opts = MeasureOptions(target_rel_ci=1e-9, min_steps=12, max_steps=12, window_min_s=0.0,
-                          max_time_s=5.0, drift_tol=0.08, drift_wait_s=2.0)
+                          max_time_s=5.0, drift_tol=0.08, drift_budget=0.4)
     machine = SpeedStates(lambda i: 3 <= i <= 8)  # the 2nd to 7th windows run slow
     t = time_steps(machine.step, options=opts, reference=machine.reference,
                    reference_usual=0.001)
@@ -361,9 +361,9 @@ def test_windows_off_the_usual_speed_are_set_aside_and_retimed() -> None:
     assert summarize(t, 100, 1e6, None)["drift_gated"] == 0.0
 
 
-def test_timing_stops_waiting_for_the_usual_speed_after_drift_wait_s() -> None:
+def test_timing_stops_waiting_for_the_usual_speed_after_its_budget() -> None:
     opts = MeasureOptions(target_rel_ci=1e-9, min_steps=10, max_steps=10, window_min_s=0.0,
-                          max_time_s=5.0, drift_tol=0.08, drift_wait_s=0.1)
+                          max_time_s=5.0, drift_tol=0.08, drift_budget=0.02)
     machine = SpeedStates(lambda i: True)  # slow for good: the usual speed never returns
     t0 = time.perf_counter()
     t = time_steps(machine.step, options=opts, reference=machine.reference,

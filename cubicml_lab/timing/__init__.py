@@ -19,7 +19,7 @@ returns, :class:`~cubicml_lab.trials.TrialResult`, lives in :mod:`cubicml_lab.tr
 * Speed-state gate: given the machine's usual reference speed
   (:func:`~cubicml_lab.hardware.reference_usual`, from earlier trials), a window timed while the
   reference read more than ``drift_tol`` off it is set aside and re-timed, for up to
-  ``drift_wait_s`` seconds (``offstate_windows``, ``drift_gated`` in the metrics).
+  ``drift_budget * max_time_s`` seconds (``offstate_windows``, ``drift_gated`` in the metrics).
 * :func:`summarize` turns a :class:`Timing` into metrics: ``step_time_s`` (median), its relative
   spread and CI, ``throughput`` (units/s; drift-corrected by default), ``throughput_raw``,
   ``throughput_corrected`` (drift-corrected) and ``throughput_rel`` (over the reference),

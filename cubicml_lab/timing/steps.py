@@ -59,8 +59,9 @@ class MeasureOptions:
             from it (``|log(speed / usual)|``) ran while the machine was in another speed
             state; it is set aside and re-timed, and the reference is then sampled after every
             window. 0: keep every window (drift correction only).
-        drift_wait_s: Seconds of set-aside windows (and their reference samples) after which
-            timing stops waiting for the usual speed and keeps every window.
+        drift_budget: Seconds of set-aside windows (and their reference samples), as a
+            multiple of ``max_time_s``, after which timing stops waiting for the usual speed
+            and keeps every window.
     """
 
     target_rel_ci: float = 0.02
@@ -82,9 +83,10 @@ class MeasureOptions:
     # spread across repeats of 2.2% and 2.2% (7 of 10 and 8 of 9 configs within 3%; 216 and 387
     # windows set aside in 13 and 18 of 50 trials; 4.8 s per measurement, at most 21.9); without
     # it, on the same machine with the slow state in 19 of 50 trials, 6.0% (0 of 9), and 3.5-4.1%
-    # in earlier runs. With 8 s of waiting, slow states outlasted it in 3 of 5 demo campaigns.
+    # in earlier runs (its ``max_time_s`` 10: 20 s of waiting at most; with 8 s, slow states
+    # outlasted the wait in 3 of 5 demo campaigns).
     drift_tol: float = 0.08
-    drift_wait_s: float = 20.0
+    drift_budget: float = 2.0
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -109,7 +111,7 @@ class MeasureOptions:
                   ("contended_budget", self.contended_budget >= 0, ">= 0"),
                   ("reference_share", 0 <= self.reference_share < 1, "in [0, 1)"),
                   ("drift_tol", self.drift_tol >= 0, ">= 0 (0: off)"),
-                  ("drift_wait_s", self.drift_wait_s >= 0, ">= 0")]
+                  ("drift_budget", self.drift_budget >= 0, ">= 0")]
         for name, ok, rule in checks:
             if not ok:
                 raise MeasurementError(
@@ -322,7 +324,7 @@ class _Windows:
             if any(self.off_state(r) for r in sides):
                 self.off.append((window_s / n, n, window_s))
                 self.off_s += window_s + spent
-                if self.off_s > self.o.drift_wait_s:
+                if self.off_s > self.o.drift_budget * self.o.max_time_s:
                     self.stop_gating()
                 return
         self.times.append(window_s / n)
@@ -384,10 +386,10 @@ def time_steps(step: Callable[[], Any], *, sync: Callable[[], None] | None = Non
     reference step time the machine usually has (``reference_usual``, e.g. from
     :func:`~cubicml_lab.hardware.reference_usual`; and ``options.drift_tol > 0``), the reference
     is sampled after every window, and a window next to a sample further than ``drift_tol`` from
-    it is set aside and re-timed, as a contended one is; after
-    ``drift_wait_s`` seconds of set-aside windows timing stops waiting and keeps them all. The
-    figure then comes from windows at the usual speed (``Timing.drift_gated``) and the drift
-    correction from the reference samples taken at it.
+    it is set aside and re-timed, as a contended one is; after ``drift_budget * max_time_s``
+    seconds of set-aside windows timing stops waiting and keeps them all. The figure then comes
+    from windows at the usual speed (``Timing.drift_gated``) and the drift correction from the
+    reference samples taken at it.
 
     Multi-process runs pass ``reduce`` (e.g. an all-reduce MAX over ranks): every measured time,
     warm-up step, window or reference sample, and every guard verdict, is replaced by its reduced
