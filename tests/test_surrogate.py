@@ -549,13 +549,45 @@ def test_a_cost_term_no_trial_of_the_fit_had_is_left_out_of_the_mean(space):
         return [0.0 if full else float(cfg["layers"]), 1e6 * cfg["layers"] if full else 0.0,
                 1.0 / cfg["micro_batch"]]
 
+    ratio = fit_without_full_recompute(space, terms, truth, every=5)[0]
+    assert np.isfinite(ratio).all() and (ratio > 0.5).all(), ratio  # was ~1e-6
+
+
+def fit_without_full_recompute(space, terms, truth, every):
+    """Fit a cost-model GP on every ``every``-th configuration without full recomputation;
+    return its predictions over the truth on those with it, the predictor and those."""
     cfgs = space.enumerate()
-    train = [c for c in cfgs if c["recompute"] == "none"][::5]
+    train = [c for c in cfgs if c["recompute"] == "none"][::every]
     unseen = [c for c in cfgs if c["recompute"] == "full"]
     pred = GPPredictor(space, cost_model=terms).fit(train, [truth(c) for c in train])
-    mean, _ = pred.predict(unseen)
-    ratio = mean / np.array([truth(c) for c in unseen])
-    assert np.isfinite(mean).all() and (ratio > 0.5).all(), ratio  # was ~1e-6
+    return pred.predict(unseen)[0] / np.array([truth(c) for c in unseen]), pred, unseen
+
+
+def test_a_cost_term_no_trial_had_is_weighed_as_a_seen_term_of_its_unit(space):
+    """Full recomputation's layer cost in its own term, never measured: with ``term_units`` it
+    costs per unit what the measured term of its unit costs; without, it is left out (and the
+    configurations that have it are predicted too fast)."""
+    def truth(cfg):
+        return 1e4 / (cfg["layers"] * (2.0 if cfg["recompute"] == "full" else 1.0)
+                      + 16.0 / cfg["micro_batch"])
+
+    def terms(cfg):
+        full = cfg["recompute"] == "full"
+        return [0.0 if full else float(cfg["layers"]), 2.0 * cfg["layers"] if full else 0.0,
+                1.0 / cfg["micro_batch"]]
+
+    ratio_alone = fit_without_full_recompute(space, terms, truth, every=3)[0]
+    terms.term_units = ("layer", "layer", "launch")
+    ratio_paired, paired, unseen = fit_without_full_recompute(space, terms, truth, every=3)
+    assert np.median(ratio_alone) > 1.5, ratio_alone  # the layers' cost left out: too fast
+    assert 0.7 < np.median(ratio_paired) < 1.3, ratio_paired
+    assert np.median(abs(np.log(ratio_paired))) < 0.5 * np.median(abs(np.log(ratio_alone)))
+    big = [c for c in unseen if c["layers"] == 12 and c["micro_batch"] == 64]
+    shares = paired.cost_shares(big)
+    assert shares.shape == (1, 3) and shares.iloc[0, 1] > 0.5  # the borrowed term weighs in
+    terms.term_units = ("layer", "launch")
+    with pytest.raises(PredictorError, match="term_units has 2 names for 3 values"):
+        fit_without_full_recompute(space, terms, truth, every=3)
 
 
 # -- GPPredictor with derived inputs (features) ----------------------------------------------------

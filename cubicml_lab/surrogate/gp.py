@@ -38,7 +38,11 @@ at 10 trials from 0.47 to 0.68 (``gpt``, with its ``features``) and from 0.11 to
 :func:`cubicml_lab.workloads.gpt.cost_terms`. A cost model may return a mapping of term name
 to value (its values are taken in order, e.g. ``LLMTrainingModel.cost_terms``); a bound method
 ``obj.m`` whose object also has ``obj.m_frame`` (a DataFrame of configurations -> one row each)
-is evaluated over many configurations in one call (:func:`evaluate_many`).
+is evaluated over many configurations in one call (:func:`evaluate_many`). A term that is 0 on
+every trial of a fit has no weight of its own to learn: if the cost model names its terms' units
+(``term_units``, e.g. ``("flop", "flop", "byte")``) and a term of the same unit was seen, it is
+weighed as that term (an fp32 FLOP, never measured, costs what a measured bf16 FLOP costs, until
+an fp32 trial says otherwise); else it is left out of the mean.
 
 Derived inputs (``features``, and the cost terms): with either, the kernel is a Matern-5/2 with
 BoTorch's dimension-scaled lengthscale prior over the space's columns, then the logs of the
@@ -171,6 +175,7 @@ class GPPredictor(BasePredictor):
         self._n_terms = 0  # cost terms per configuration (kernel columns, then the mean's)
         self._extra_bounds: torch.Tensor | None = None  # kernel bounds of the derived columns
         self._cost_shift: torch.Tensor | None = None  # mean log term of the fit's trials
+        self._cost_src: torch.Tensor | None = None  # whose weight each term takes (module doc)
         self._fixed_noise = False
         self._factor: tuple | None = None
 
@@ -396,9 +401,18 @@ class GPPredictor(BasePredictor):
             logs = X[:, -self._n_terms:]
             finite = torch.isfinite(logs)  # a zero term (log = -inf) is left out of its mean
             shift = torch.where(finite, logs, 0.0).sum(0) / finite.sum(0).clamp_min(1)
-            # a term 0 on every trial of the fit has no weight to learn: left out of the mean
-            # (at its prior weight it outweighed the others a million-fold on a new config)
-            self._cost_shift = torch.where(finite.any(0), shift, torch.inf)
+            # a term 0 on every trial of the fit has no weight to learn: weighed as a seen term
+            # of the same unit, else left out of the mean (at its prior weight and its own scale
+            # it outweighed the others a million-fold on a new config)
+            seen = finite.any(0)
+            units = _units(self.cost_model, self._n_terms)
+            src = list(range(self._n_terms))
+            for j in range(self._n_terms):
+                if not seen[j] and units is not None:
+                    src[j] = next((i for i in range(self._n_terms)
+                                   if seen[i] and units[i] == units[j]), j)
+            self._cost_src = torch.tensor(src)
+            self._cost_shift = torch.where(seen, shift, torch.inf)[self._cost_src]
 
     def _build(self, X: torch.Tensor, Y: torch.Tensor, Yvar: torch.Tensor | None,
                bounds: torch.Tensor) -> Any:
@@ -433,7 +447,7 @@ class GPPredictor(BasePredictor):
         kernel_cols = list(range(d - k))
         model = SingleTaskGP(
             X, Y, train_Yvar=Yvar, covar_module=_matern_with_floor(kernel_cols),
-            mean_module=_cost_mean_class()(self._cost_shift) if k else None,
+            mean_module=_cost_mean_class()(self._cost_shift, self._cost_src) if k else None,
             input_transform=Normalize(d, bounds=bounds, indices=kernel_cols),
             outcome_transform=Standardize(m=1))
         if not k:
@@ -501,7 +515,7 @@ class GPPredictor(BasePredictor):
         logs = self._logs("cost_model", self.cost_model, configs, "configs", self._n_terms)
         mean = self.model.mean_module
         with torch.no_grad():
-            shares = torch.softmax(mean.a - mean.shift + logs, dim=1).numpy()
+            shares = torch.softmax(mean.a[mean.src] - mean.shift + logs, dim=1).numpy()
         return pd.DataFrame(shares, columns=self.term_names())
 
     def importance(self) -> pd.Series:
@@ -675,6 +689,13 @@ def _raise_bad_row(name: str, row: Any, i: int, what: str, positive: bool,
              + ("" if positive else " (0 where a term does not apply)"))
 
 
+def _units(fn: Any, count: int) -> list[str] | None:
+    """``fn.term_units`` (one unit per cost term, any strings) or ``None``; a tuple of the
+    wrong length raises."""
+    units = getattr(fn, "term_units", None)
+    return None if units is None else _names(fn, "term_units", "", count)
+
+
 def _names(fn: Any, attr: str, prefix: str, count: int) -> list[str]:
     """``fn.<attr>`` (a tuple of ``count`` names) or ``"<prefix> 0"``, ``"<prefix> 1"``, ..."""
     names = getattr(fn, attr, None)
@@ -731,13 +752,15 @@ def _cost_mean_class() -> type:
     class CostModelMean(gpytorch.means.Mean):
         """``b + c * log(sum_i exp(a_i) * t_i)`` of the log cost terms ``log t_i`` in the input's
         last ``k`` columns (centred by ``shift``, the training mean, so that ``a = 0`` weighs
-        the terms equally on typical trials). Wide normal priors keep ``a`` and ``c`` finite
-        when a term never matters."""
+        the terms equally on typical trials). Term ``i`` takes the weight and centring of term
+        ``src[i]`` (itself, or a seen term of its unit when the fit never saw it). Wide normal
+        priors keep ``a`` and ``c`` finite when a term never matters."""
 
-        def __init__(self, shift: torch.Tensor) -> None:
+        def __init__(self, shift: torch.Tensor, src: torch.Tensor) -> None:
             super().__init__()
             k = int(shift.numel())
             self.shift = shift.detach().clone()
+            self.src = src.detach().clone()
             for name, size, prior in (("a", k, NormalPrior(0.0, 4.0)),
                                       ("b", 1, None), ("c", 1, NormalPrior(0.0, 2.0))):
                 self.register_parameter(name, torch.nn.Parameter(
@@ -748,7 +771,7 @@ def _cost_mean_class() -> type:
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             k = self.a.numel()
             logs = x[..., -k:] - self.shift.to(x)
-            return self.b + self.c * torch.logsumexp(self.a + logs, dim=-1)
+            return self.b + self.c * torch.logsumexp(self.a[self.src] + logs, dim=-1)
 
     return CostModelMean
 

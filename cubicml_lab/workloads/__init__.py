@@ -50,8 +50,8 @@ class WithDefaults:
     """``config -> fn(config)`` for a function of a workload's module (``cost_terms``,
     ``shape_features``) that needs every knob, with the workload's defaults and ``constants``
     filled in where ``config`` leaves a knob out: a GP's ``cost_model`` or ``features`` over a
-    space that searches only some knobs. Carries the function's ``term_names`` /
-    ``feature_names``.
+    space that searches only some knobs. Carries the function's ``term_names``, ``term_units``
+    or ``feature_names``.
 
     Example:
         >>> terms = WithDefaults("gpt", "cost_terms", {"d_model": 256})
@@ -63,7 +63,7 @@ class WithDefaults:
                  constants: Mapping[str, Any] | None = None) -> None:
         self.workload, self.fn = workload, fn
         self._fn = getattr(importlib.import_module(_REGISTRY[workload][0]), fn)
-        for names in ("term_names", "feature_names"):  # the wrapped function's value names
+        for names in ("term_names", "term_units", "feature_names"):  # what names its values
             if hasattr(self._fn, names):
                 setattr(self, names, getattr(self._fn, names))
         self._base = {**get(workload).default_config(), **(constants or {})}

@@ -149,6 +149,9 @@ def cost_terms(cfg: Mapping[str, Any]) -> list[float]:
             activations, float(overhead), float(scores)]
 
 
+#: Units of :func:`cost_terms`' values: a GP weighs a term it never saw as a seen one of the
+#: same unit (FLOPs in fp32 as in bf16, until a trial of each was measured).
+cost_terms.term_units = ("flop", "flop", "element", "byte", "launch", "score")
 #: Names of :func:`cost_terms`' values, in order (``GPPredictor.cost_shares`` columns).
 cost_terms.term_names = ("flops_fp32", "flops_low", "weights", "activation_bytes", "overhead",
                          "attention")
