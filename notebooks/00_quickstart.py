@@ -116,9 +116,11 @@ print(f"best {best_config}: {best_value:,.0f} tokens/s, "
 # fp32 on that CPU (its bf16 matmuls measured faster than fp32); recomputation only costs time
 # when memory is not the constraint (micro-batch 16 with it: 54,600); one thread is slower than
 # two. Starting from the workload's cost model (`demo_prior()`), the GP ranked the 12-14 trials
-# with a leave-one-out Kendall tau of 0.67 to 0.80 over 5 runs of the same campaign
+# with a leave-one-out Kendall tau of 0.64 to 0.82 over 5 runs of the same campaign
 # (`cubicml-lab demo`, idle machine), and 0.43 to 0.54 without a cost model. With so few
-# trials, one pair ranked the wrong way moves tau by 0.02, and 32-sequence micro-batches, which
-# run slower per token than 16 once their activations outgrow the CPU's caches, are the
-# hardest to predict from the others. Your numbers are in the table
+# trials, one pair ranked the wrong way moves tau by 0.02; a configuration the campaign ran
+# once (the one 1-thread trial, or fp32 when only the default ran in it) is the hardest to
+# predict from the others, and so are 32-sequence micro-batches, which run slower per token
+# than 16 once their activations outgrow the CPU's caches. The measurements themselves agree:
+# the same configurations measured in 25 campaigns rank at 0.91-1.00 against each other. Your numbers are in the table
 # and figure above: measured on your machine, not copied.
