@@ -211,7 +211,6 @@ def reference_nominal(speed: float, threads: int) -> float:
     return float(speed)
 
 
-
 #: Reference speeds of this many recent trials are kept per CPU model and thread count.
 USUAL_HISTORY = 25
 #: Recent figures needed before :func:`reference_usual` names a usual speed.
