@@ -304,7 +304,7 @@ def _build_and_time(workload: Any, config: dict[str, Any], options: Any, device:
     """
     import torch
 
-    from .hardware import GpuTelemetry, record_reference, reference_nominal, reference_usual
+    from .hardware import GpuTelemetry, reference_nominal, reference_usual
     from .timing import (device_peak_flops, make_timer, peak_memory_gib, reference_metrics,
                          reset_peak_memory, summarize, time_steps)
 
@@ -338,9 +338,9 @@ def _build_and_time(workload: Any, config: dict[str, Any], options: Any, device:
                               f"{config.get('lr')!r}?); the step time of a diverged run is not "
                               "reported")
     speed = reference_metrics(timing)["reference_speed"]
-    nominal = reference_nominal(speed, torch.get_num_threads()) if math.isfinite(speed) else None
-    if world.rank == 0 and not timing.contended:
-        record_reference(speed, torch.get_num_threads())
+    nominal = (reference_nominal(speed, torch.get_num_threads(),
+                                 record=world.rank == 0 and not timing.contended)
+               if math.isfinite(speed) else None)
     metrics = summarize(timing, built.units_per_step, built.flops_per_step, peak_flops,
                         built.n_devices, units=workload.units, reference_nominal=nominal)
     metrics.update(peak_mem_gib=world.max(peak_memory_gib(device)), loss=loss,

@@ -381,7 +381,7 @@ def test_timing_stops_waiting_for_the_usual_speed_after_its_budget() -> None:
 
 
 def test_the_usual_speed_is_the_most_common_state_not_the_median(tmp_path, monkeypatch) -> None:
-    from cubicml_lab.hardware import record_reference, reference_usual, usual_speed
+    from cubicml_lab.hardware import reference_nominal, reference_usual, usual_speed
     from cubicml_lab.hardware.contention import USUAL_HISTORY, USUAL_MIN, USUAL_MOVED
 
     states = [200, 201, 202, 240, 241, 279, 280, 281, 282]  # median 241, most often ~280
@@ -389,20 +389,20 @@ def test_the_usual_speed_is_the_most_common_state_not_the_median(tmp_path, monke
     assert usual_speed(states[:USUAL_MIN - 1], 0.08) is None
     monkeypatch.setenv("CUBICML_LAB_CACHE_DIR", str(tmp_path))
     for speed in states[:USUAL_MIN - 1]:
-        record_reference(speed, 2)
+        reference_nominal(speed, 2, record=True)
     assert reference_usual(2, 0.08) is None and reference_usual(1, 0.08) is None
-    record_reference(float("nan"), 2)  # ignored
+    reference_nominal(float("nan"), 2, record=True)  # ignored
     assert reference_usual(2, 0.08) is None
     for speed in states[USUAL_MIN - 1:]:
-        record_reference(speed, 2)
+        reference_nominal(speed, 2, record=True)
     assert reference_usual(2, 0.08) == pytest.approx(281)
     for _ in range(USUAL_MOVED - 1):  # a few trials elsewhere: a passing state
-        record_reference(150.0, 2)
+        reference_nominal(150.0, 2, record=True)
     assert reference_usual(2, 0.08) == pytest.approx(281)
-    record_reference(150.0, 2)  # as many as USUAL_MOVED in a row: the machine moved
+    reference_nominal(150.0, 2, record=True)  # as many as USUAL_MOVED in a row: the machine moved
     assert reference_usual(2, 0.08) == pytest.approx(150.0)
     for _ in range(USUAL_HISTORY):
-        record_reference(150.0, 2)
+        reference_nominal(150.0, 2, record=True)
     cache = json.loads((tmp_path / "reference.json").read_text())
     assert [len(v["recent"]) for v in cache.values()] == [USUAL_HISTORY]
 

@@ -15,8 +15,8 @@
   same question for a CUDA device (throttle reasons seen by :class:`GpuTelemetry`).
 * :class:`ReferenceWork`: a fixed small training step whose speed, measured next to a trial,
   gauges how fast the machine runs at that moment (drift correction); :func:`reference_nominal`
-  keeps the machine's nominal speed, the scale of corrected figures; :func:`record_reference`
-  and :func:`reference_usual` keep its recent speeds and the one it is usually at (a machine
+  keeps the machine's nominal speed, the scale of corrected figures, and its recent speeds;
+  :func:`reference_usual` reads and the one it is usually at (a machine
   that switches between speed states has its windows held to that one: ``time_steps``).
 
 Importing this package imports no torch. Its modules: :mod:`~cubicml_lab.hardware.machine`,
@@ -29,7 +29,6 @@ from .contention import (
     MAX_CPU_WAIT,
     CpuContention,
     ReferenceWork,
-    record_reference,
     reference_nominal,
     reference_usual,
     usual_speed,
@@ -49,6 +48,6 @@ from .machine import (
 
 __all__ = ["CpuContention", "GpuTelemetry", "ReferenceWork", "ThrottleGuard", "default_device",
            "device_peak_flops", "hardware_info", "host_record", "locked_json_cache", "MAX_CPU_WAIT",
-           "parse_smi_sample", "peak_memory_gib", "record_reference", "reference_nominal",
+           "parse_smi_sample", "peak_memory_gib", "reference_nominal",
            "reference_usual", "usual_speed", "reset_peak_memory",
            "summarize_telemetry", "tune_cpu_allocator", "cpu_model"]

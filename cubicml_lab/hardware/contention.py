@@ -13,7 +13,7 @@ import time
 from .machine import cpu_model, locked_json_cache
 
 __all__ = ["MAX_CPU_WAIT", "USUAL_HISTORY", "USUAL_MIN", "USUAL_MOVED", "CpuContention",
-           "ReferenceWork", "record_reference", "reference_nominal", "reference_usual",
+           "ReferenceWork", "reference_nominal", "reference_usual",
            "usual_speed"]
 
 
@@ -189,7 +189,12 @@ class ReferenceWork:
         return (time.perf_counter() - t0) / self.steps
 
 
-def reference_nominal(speed: float, threads: int) -> float:
+def _key(threads: int) -> str:
+    """The cache key of this CPU model at ``threads``."""
+    return f"{cpu_model()}|threads={threads}"
+
+
+def reference_nominal(speed: float, threads: int, record: bool = False) -> float:
     """This machine's nominal :class:`ReferenceWork` speed (reference steps/s) at ``threads``.
 
     The first figure offered for this CPU model and thread count is kept, in
@@ -202,13 +207,21 @@ def reference_nominal(speed: float, threads: int) -> float:
     Args:
         speed: This trial's reference speed, offered as the nominal if none is kept yet.
         threads: Threads the reference ran with.
+        record: Also add ``speed`` to the machine's recent figures at ``threads`` (the last
+            :data:`USUAL_HISTORY`, which :func:`reference_usual` reads); a non-finite or
+            non-positive one is not added.
     """
-    key = f"{cpu_model()}|threads={threads}"
+    key = _key(threads)
     with locked_json_cache("reference.json") as cache:
-        if isinstance(cache.get(key), dict):
-            return float(cache[key]["steps_per_s"])
-        cache[key] = {"steps_per_s": float(speed), "measured_at": time.time()}
-    return float(speed)
+        entry = cache.get(key)
+        if not isinstance(entry, dict):
+            entry = cache[key] = {"steps_per_s": float(speed), "measured_at": time.time()}
+        if record and math.isfinite(speed) and speed > 0:
+            kept = entry.get("recent")
+            recent = ([x for x in kept if isinstance(x, (int, float))]
+                      if isinstance(kept, list) else [])
+            entry["recent"] = (recent + [float(speed)])[-USUAL_HISTORY:]
+        return float(entry["steps_per_s"])
 
 
 #: Reference speeds of this many recent trials are kept per CPU model and thread count.
@@ -252,29 +265,13 @@ def usual_speed(speeds: list[float], tol: float) -> float | None:
 
 def reference_usual(threads: int, tol: float) -> float | None:
     """This machine's usual :class:`ReferenceWork` speed (steps/s) at ``threads``: the
-    :func:`usual_speed` of the last :data:`USUAL_HISTORY` trials' figures
-    (:func:`record_reference`, kept in ``$CUBICML_LAB_CACHE_DIR/reference.json``); ``None``
+    :func:`usual_speed` of the last :data:`USUAL_HISTORY` trials' figures (recorded by
+    :func:`reference_nominal`, kept in ``$CUBICML_LAB_CACHE_DIR/reference.json``); ``None``
     until :data:`USUAL_MIN` were recorded. ``tol``: how far (in log) figures of one speed state
     lie apart (``MeasureOptions.drift_tol``)."""
-    key = f"{cpu_model()}|threads={threads}"
     with locked_json_cache("reference.json") as cache:
-        entry = cache.get(key)
+        entry = cache.get(_key(threads))
         recent = entry.get("recent") if isinstance(entry, dict) else None
     if not isinstance(recent, list):
         return None
     return usual_speed([float(x) for x in recent if isinstance(x, (int, float))], tol)
-
-
-def record_reference(speed: float, threads: int) -> None:
-    """Add a trial's reference speed (steps/s) to the machine's recent figures at ``threads``
-    (the last :data:`USUAL_HISTORY` are kept); a non-finite or non-positive one is ignored."""
-    if not (math.isfinite(speed) and speed > 0):
-        return
-    key = f"{cpu_model()}|threads={threads}"
-    with locked_json_cache("reference.json") as cache:
-        entry = cache.get(key)
-        if not isinstance(entry, dict):
-            entry = cache[key] = {"steps_per_s": float(speed), "measured_at": time.time()}
-        kept = entry.get("recent")
-        recent = [x for x in kept if isinstance(x, (int, float))] if isinstance(kept, list) else []
-        entry["recent"] = (recent + [float(speed)])[-USUAL_HISTORY:]

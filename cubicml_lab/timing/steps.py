@@ -275,12 +275,12 @@ class _Windows:
             self.figures.append({**fig, "contended": 1.0 if contended else 0.0})
         return contended, self.agree(seconds)
 
-    def sample_reference(self, due: bool = False) -> float:
+    def sample_reference(self) -> float:
         """One reference sample if one is due (5 at least, then ``reference_share`` of time;
-        every time while gating, or with ``due``); returns the seconds it took (0 if none)."""
+        every time while gating); returns the seconds it took (0 if none)."""
         if self.reference is None or self.o.reference_share <= 0:
             return 0.0
-        if (not (due or self.gating) and len(self.refs) >= _REF_MIN
+        if (not self.gating and len(self.refs) >= _REF_MIN
                 and self.ref_s >= self.o.reference_share * self.timed_s):
             return 0.0
         t0 = time.perf_counter()
