@@ -171,7 +171,7 @@ store.close()
 # to minutes (its reference ran at about 255 steps/s, at times 200 or 280), and configurations
 # feel a switch unequally, so the correction cannot take it all out. Now windows timed while the
 # reference reads off the machine's usual speed are set aside and re-timed (`offstate_windows`
-# in the metrics): 5 repeats of those 10 configurations then spread by a median 2.2%, in two
+# in the metrics): 5 repeats of those 10 configurations then spread by a median 2.2-2.3%, in three
 # runs. bf16 was 1.55x faster than fp32 at micro-batch 16 on
 # this CPU, and full recomputation cost 17%.
 #
