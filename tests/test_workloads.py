@@ -283,6 +283,10 @@ def test_gpt_cost_terms_follow_recompute_and_batching():
     # more heads: more score elements, the same FLOPs
     heads = cost_terms({**cfg, "n_heads": 2 * cfg["n_heads"]})
     assert heads[5] == 2 * scores and heads[0] == flops
+    # an fp32 FLOP's cost relative to a bf16 one scales the fp32 term only
+    slow = cost_terms({**cfg, "fp32_flop_cost": 4.0})
+    assert slow[0] == pytest.approx(4 * flops) and slow[1:] == cost_terms(cfg)[1:]
+    assert cost_terms({**cfg, "precision": "bf16", "fp32_flop_cost": 4.0}) == half
 
 
 def test_gpt_shape_features_are_the_micro_batch_gemm_sizes():

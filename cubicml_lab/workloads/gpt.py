@@ -123,6 +123,15 @@ def cost_terms(cfg: Mapping[str, Any]) -> list[float]:
     (``d_model``, ``n_layers``, ``n_heads``, ``vocab``, ``seq_len``, ``mlp_ratio``,
     ``micro_batch``, ``grad_accum``, ``recompute``; ``threads`` and ``precision`` optional).
 
+    ``cfg["fp32_flop_cost"]`` (optional, default 1): the seconds of an fp32 FLOP over those of a
+    bf16/fp16 FLOP on the machine, e.g. the ratio of its matmul rates
+    (:func:`~cubicml_lab.hardware.device_peak_flops`; 4.4 on the 2-core AMD EPYC VM this was
+    written on), which scales the fp32 term. It matters when a fit has trials of only one
+    precision: the GP then weighs the other precision's FLOPs as its own (``term_units``), and
+    without the ratio an fp32 FLOP would cost what a bf16 one does (a demo campaign that ran
+    fp32 once, for its default configuration, predicted that one 21-37% too fast when it was
+    left out). With trials of both, the GP fits each term's weight and the ratio drops out.
+
     Example:
         >>> cfg = {k: knob.default for k, knob in KNOBS.items()}
         >>> [round(t / 1e3, 1) for t in cost_terms(cfg)[:2]]
@@ -145,7 +154,8 @@ def cost_terms(cfg: Mapping[str, Any]) -> list[float]:
     flops, activations, scores = flops / threads, activations / threads, scores / threads
     overhead = (layers + 1) / tokens_per_micro
     low = _bytes_per_element(cfg) == 2
-    return [0.0 if low else float(flops), float(flops) if low else 0.0, float(weights),
+    fp32 = flops * cfg.get("fp32_flop_cost", 1.0)
+    return [0.0 if low else float(fp32), float(flops) if low else 0.0, float(weights),
             activations, float(overhead), float(scores)]
 
 

@@ -1,0 +1,57 @@
+"""The demo's prior: the gpt cost model with this CPU's cost of an fp32 FLOP."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from cubicml_lab.demo import DEFAULT_CONFIG, demo_prior, demo_space
+from cubicml_lab.surrogate import GPPredictor
+from cubicml_lab.workloads import WithDefaults
+
+
+@pytest.fixture
+def rates(tmp_path, monkeypatch):
+    """A cache of matmul rates in which this CPU runs bf16 3x as fast as fp32."""
+    import torch
+
+    from cubicml_lab.hardware import cpu_model
+
+    monkeypatch.setenv("CUBICML_LAB_CACHE_DIR", str(tmp_path))
+    key = f"{cpu_model()}|threads={torch.get_num_threads()}"
+    (tmp_path / "cpu_peak.json").write_text(json.dumps(
+        {f"{key}|fp32": {"flops": 1e11}, f"{key}|bf16": {"flops": 3e11}}))
+    return 3.0
+
+
+def test_the_demo_prior_weighs_an_fp32_flop_by_this_cpus_matmul_rates(rates):
+    cost = demo_prior()["cost_model"]
+    fp32, bf16 = cost(DEFAULT_CONFIG), cost({**DEFAULT_CONFIG, "precision": "bf16"})
+    assert fp32[0] == pytest.approx(rates * bf16[1]) and fp32[1] == bf16[0] == 0.0
+
+
+def test_fp32_is_predicted_from_bf16_trials_at_the_machines_flop_cost(rates):
+    """A machine on which an fp32 FLOP costs 3 bf16 ones, half of a bf16 step in FLOPs: a GP
+    that saw bf16 trials only predicts the fp32 configurations from the measured rates; with
+    an fp32 FLOP costing a bf16 one it puts them far too fast."""
+    plain, priced = WithDefaults("gpt", "cost_terms"), demo_prior()["cost_model"]
+    base = np.array(plain({**DEFAULT_CONFIG, "precision": "bf16"}))
+    shares = np.array([0.0, 0.5, 0.2, 0.1, 0.15, 0.05])  # of a bf16 step at the default
+    weights = np.divide(shares, base, out=np.zeros_like(base), where=base > 0)
+    weights[0] = weights[1]  # FLOP for FLOP: the 3x is in the priced terms
+
+    def truth(cfg):
+        return 1e4 / float(weights @ np.array(priced(cfg)))
+
+    space = demo_space()
+    configs = space.enumerate()
+    train = [c for c in configs if c["precision"] == "bf16"][::4]
+    unseen = [c for c in configs if c["precision"] == "fp32"]
+    ratios = {}
+    for name, cost in (("priced", priced), ("plain", plain)):
+        pred = GPPredictor(space, cost_model=cost).fit(train, [truth(c) for c in train])
+        ratios[name] = pred.predict(unseen)[0] / np.array([truth(c) for c in unseen])
+    assert 0.8 < np.median(ratios["priced"]) < 1.25, ratios["priced"]
+    assert np.median(ratios["plain"]) > 1.5, ratios["plain"]
