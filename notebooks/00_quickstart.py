@@ -115,12 +115,14 @@ print(f"best {best_config}: {best_value:,.0f} tokens/s, "
 # micro-batches amortise the per-step overhead of a small model; bf16 autocast was faster than
 # fp32 on that CPU (its bf16 matmuls measured faster than fp32); recomputation only costs time
 # when memory is not the constraint (micro-batch 16 with it: 54,600); one thread is slower than
-# two. Starting from the workload's cost model (`demo_prior()`), the GP ranked the 12-14 trials
-# with a leave-one-out Kendall tau of 0.64 to 0.82 over 5 runs of the same campaign
-# (`cubicml-lab demo`, idle machine), and 0.43 to 0.54 without a cost model. With so few
-# trials, one pair ranked the wrong way moves tau by 0.02; a configuration the campaign ran
-# once (the one 1-thread trial, or fp32 when only the default ran in it) is the hardest to
-# predict from the others, and so are 32-sequence micro-batches, which run slower per token
-# than 16 once their activations outgrow the CPU's caches. The measurements themselves agree:
-# the same configurations measured in 25 campaigns rank at 0.91-1.00 against each other. Your numbers are in the table
-# and figure above: measured on your machine, not copied.
+# two. Starting from the workload's cost model (`demo_prior()`, which prices an fp32 FLOP at
+# this CPU's measured matmul rates: 4.4 bf16 FLOPs there), the GP ranked the 12 trials with a
+# leave-one-out Kendall tau of 0.58 to 0.91 over 5 runs of the same campaign (`cubicml-lab
+# demo`, idle machine; 0.55 to 0.73 with an fp32 FLOP priced as a bf16 one), and 0.43 to 0.54
+# without a cost model. With so few trials, one pair ranked the wrong way moves tau by 0.03; a
+# configuration the campaign ran once (the one 1-thread trial, or fp32 when only the default
+# ran in it) is the hardest to predict from the others, and so are 32-sequence micro-batches,
+# which run slower per token than 16 once their activations outgrow the CPU's caches. The
+# measurements themselves agree: the same configurations measured in 25 campaigns rank at
+# 0.91-1.00 against each other. Your numbers are in the table and figure above: measured on
+# your machine, not copied.
