@@ -33,12 +33,12 @@ def test_the_demo_prior_weighs_an_fp32_flop_by_this_cpus_matmul_rates(rates):
 
 
 def test_fp32_is_predicted_from_bf16_trials_at_the_machines_flop_cost(rates):
-    """A machine on which an fp32 FLOP costs 3 bf16 ones, half of a bf16 step in FLOPs: a GP
+    """A machine on which an fp32 FLOP costs 3 bf16 ones, 70% of a bf16 step in FLOPs: a GP
     that saw bf16 trials only predicts the fp32 configurations from the measured rates; with
     an fp32 FLOP costing a bf16 one it puts them far too fast."""
     plain, priced = WithDefaults("gpt", "cost_terms"), demo_prior()["cost_model"]
     base = np.array(plain({**DEFAULT_CONFIG, "precision": "bf16"}))
-    shares = np.array([0.0, 0.5, 0.2, 0.1, 0.15, 0.05])  # of a bf16 step at the default
+    shares = np.array([0.0, 0.7, 0.1, 0.05, 0.1, 0.05])  # of a bf16 step at the default
     weights = np.divide(shares, base, out=np.zeros_like(base), where=base > 0)
     weights[0] = weights[1]  # FLOP for FLOP: the 3x is in the priced terms
 
@@ -47,11 +47,12 @@ def test_fp32_is_predicted_from_bf16_trials_at_the_machines_flop_cost(rates):
 
     space = demo_space()
     configs = space.enumerate()
-    train = [c for c in configs if c["precision"] == "bf16"][::4]
+    train = [c for c in configs if c["precision"] == "bf16"][::3]  # every thread and recompute
     unseen = [c for c in configs if c["precision"] == "fp32"]
     ratios = {}
     for name, cost in (("priced", priced), ("plain", plain)):
         pred = GPPredictor(space, cost_model=cost).fit(train, [truth(c) for c in train])
         ratios[name] = pred.predict(unseen)[0] / np.array([truth(c) for c in unseen])
-    assert 0.8 < np.median(ratios["priced"]) < 1.25, ratios["priced"]
-    assert np.median(ratios["plain"]) > 1.5, ratios["plain"]
+    off = {name: abs(np.log(np.median(r))) for name, r in ratios.items()}
+    assert np.median(ratios["plain"]) > 1.5, ratios["plain"]  # fp32 as fast as bf16
+    assert off["priced"] < min(np.log(1.4), off["plain"] / 2), ratios["priced"]
