@@ -68,14 +68,15 @@ def summary_table(df: pd.DataFrame, space: Space) -> pd.DataFrame:
     return out.set_index("trial_id")
 
 
-def demo_prior() -> dict[str, Any]:
+def demo_prior(fp32_flop_cost: float | None = None) -> dict[str, Any]:
     """The ``gpt`` workload's analytical prior for the demo's GP, as keyword arguments of
     ``BayesianSearch`` and ``GPPredictor``: ``cost_model`` (:func:`~cubicml_lab.workloads.gpt.
     cost_terms`: per token, FLOPs in fp32 and in bf16, weights, activation bytes,
     per-micro-batch overhead, attention scores) and
     ``features`` (:func:`~cubicml_lab.workloads.gpt.shape_features`), each of the demo's
     configuration completed with the workload's defaults. The cost model's ``fp32_flop_cost``
-    is this CPU's: its matmul rate in bf16 over fp32 (:func:`cpu_fp32_flop_cost`).
+    is ``fp32_flop_cost``, by default this CPU's: its matmul rate in bf16 over fp32
+    (:func:`cpu_fp32_flop_cost`).
 
     On 5 demo campaigns measured on an idle 2-core machine, the leave-one-out Kendall tau of the
     GP over their 14 trials was 0.54, 0.45, 0.47, 0.43, 0.45 without it and 0.67, 0.80, 0.71,
@@ -84,16 +85,16 @@ def demo_prior() -> dict[str, Any]:
     of today (FLOPs by precision, activation bytes, attention scores) and the working-set
     feature score those 10 campaigns at a mean of 0.765 (was 0.703), and 5 new campaigns
     searched with them at 0.80, 0.79, 0.76, 0.67, 0.70 (mean absolute error 9-15 %). With the
-    cost terms' units (an fp32 FLOP weighed as a bf16 one until an fp32 trial is measured),
-    30 stored campaigns score a mean of 0.734 (0.710 without). Weighing an fp32 FLOP by the
+    cost terms' units (an fp32 FLOP weighed as a bf16 one until an fp32 trial is measured), 30
+    stored campaigns score a mean of 0.734 (0.710 without). Weighing an fp32 FLOP by the
     measured matmul rates instead (4.4x a bf16 FLOP on that CPU) lifted the mean over 20 other
     stored campaigns from 0.692 to 0.735, none lower: most campaigns run fp32 once, for the
     default configuration, which the GP had put 21-37% too fast when left out. 5 new campaigns
     searched with it scored 0.91, 0.58, 0.73, 0.82, 0.73 (5 just before it: 0.67, 0.67, 0.55,
     0.73, 0.64); their fp32 default came out 3% too fast to 22% too slow, as the step's FLOPs
-    are not all matmuls. All found the same best configuration. Measured against each other, the campaigns' figures of the same
-    configurations rank at 0.91-1.00: what is left is the GP's, on configurations a campaign
-    ran once.
+    are not all matmuls. All found the same best configuration. Measured against each other, the
+    campaigns' figures of the same configurations rank at 0.91-1.00: what is left is the GP's,
+    on configurations a campaign ran once.
 
     Example:
         >>> prior = demo_prior()
@@ -103,7 +104,7 @@ def demo_prior() -> dict[str, Any]:
     from .workloads import WithDefaults
 
     return {"cost_model": WithDefaults("gpt", "cost_terms",
-                                       {"fp32_flop_cost": cpu_fp32_flop_cost()}),
+                                       {"fp32_flop_cost": fp32_flop_cost or cpu_fp32_flop_cost()}),
             "features": WithDefaults("gpt", "shape_features")}
 
 
@@ -181,9 +182,10 @@ def run_demo(budget: int = 14, store: str | os.PathLike[str] = "data/demo.sqlite
     print(f"space: {space.size()} configurations of {', '.join(space.names)}; budget {budget} "
           f"trials; store {store}; campaign {name!r}")
     print(f"default configuration (trial 1): {DEFAULT_CONFIG}")
-    prior = demo_prior()
-    print(f"cost model: an fp32 FLOP costs {cpu_fp32_flop_cost():.1f}x a bf16 FLOP here "
+    flop_cost = cpu_fp32_flop_cost()
+    print(f"cost model: an fp32 FLOP costs {flop_cost:.1f}x a bf16 FLOP here "
           "(this CPU's matmul rates)")
+    prior = demo_prior(flop_cost)
     search = BayesianSearch(space, objective="throughput", seed=seed, **prior)
     trial_store = TrialStore(store)
     runner = Subprocess(timeout_s=120) if launcher == "subprocess" else InProcess()
