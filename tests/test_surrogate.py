@@ -518,6 +518,34 @@ def test_a_bad_cost_model_or_features_function_is_named(space, split, arg, fn, m
     assert f"{arg}(configs[" in str(err.value)
 
 
+def test_the_cost_slope_prior_carries_the_physics_to_knobs_the_fit_never_varied():
+    """Trials at one thread count, of three micro-batch sizes: the objective's slope in the cost
+    model is hardly pinned by them, and held near -1 (a speed, costs per unit) the GP predicts
+    the other thread counts from the physics; left to the data it drifts and misses by more."""
+    space = Space([PowerOfTwo("micro_batch", 1, 64), PowerOfTwo("threads", 1, 4),
+                   Choice("act", ["a", "b"])])
+
+    def terms(cfg):
+        return [1.0 / cfg["threads"], 8.0 / cfg["micro_batch"], 0.5 if cfg["act"] == "b" else 0.1]
+
+    cfgs = space.enumerate()
+    train = [c for c in cfgs if c["threads"] == 4 and c["micro_batch"] in (8, 16, 32)]
+    truth = np.array([1e4 / sum(terms(c)) for c in cfgs])
+    off = {}
+    for exponent in (-1.0, None):
+        pred = GPPredictor(space, cost_model=terms, cost_exponent=exponent).fit(
+            train, [1e4 / sum(terms(c)) for c in train])
+        off[exponent] = float(np.abs(np.log(pred.predict(cfgs)[0] / truth)).max())
+    assert off[-1.0] < np.log(1.05) and off[-1.0] < off[None], off
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), "-1", True])
+def test_a_bad_cost_exponent_is_named(space, bad):
+    with pytest.raises(PredictorError, match="cost_exponent") as err:
+        GPPredictor(space, cost_model=roofline_terms, cost_exponent=bad)
+    assert "+1 for a time" in err.value.hint
+
+
 def test_a_cost_term_that_is_zero_where_it_does_not_apply(space):
     """Recompute costs a term only when it is on (0 otherwise): the mean skips the zeros."""
     def truth(cfg):

@@ -29,20 +29,26 @@ measurement's noise variance is taken as the median of the training ``train_Yvar
 
 Analytical prior mean (``cost_model``): with a function returning a configuration's cost terms
 ``t_1..t_k`` per unit of the objective (e.g. FLOPs, bytes of optimizer state and per-step overhead
-per token; >= 0, any scale), the GP's prior mean is ``b + c * log(sum_i exp(a_i) t_i)`` instead
-of a constant, with ``a_i``, ``b`` and ``c`` fitted with the kernel by maximum likelihood (the
-kernel then models what the cost model misses). It carries the physics of the workload to
-configurations far from the trials: on the shipped CPU sweeps it lifts the median Kendall tau
-at 10 trials from 0.47 to 0.68 (``gpt``, with its ``features``) and from 0.11 to 0.65
-(``dlrm``), and on the MPT table from 0.47 to 0.93 (``benchmarks/predictor_quality.py``). See
-:func:`cubicml_lab.workloads.gpt.cost_terms`. A cost model may return a mapping of term name
-to value (its values are taken in order, e.g. ``LLMTrainingModel.cost_terms``); a bound method
-``obj.m`` whose object also has ``obj.m_frame`` (a DataFrame of configurations -> one row each)
-is evaluated over many configurations in one call (:func:`evaluate_many`). A term that is 0 on
-every trial of a fit has no weight of its own to learn: if the cost model names its terms' units
-(``term_units``, e.g. ``("flop", "flop", "byte")``) and a term of the same unit was seen, it is
-weighed as that term (an fp32 FLOP, never measured, costs what a measured bf16 FLOP costs, until
-an fp32 trial says otherwise); else it is left out of the mean.
+per token; >= 0, any scale), the GP's prior mean is ``b + c * log(sum_i exp(a_i) t_i)`` instead of a
+constant, with ``a_i``, ``b`` and ``c`` fitted with the kernel by maximum likelihood (the kernel
+then models what the cost model misses). ``c`` is the objective's log-slope in the weighted total:
+-1 where the objective is a speed and the terms its costs per unit (seconds per token of tokens/s),
+the centre of its prior (``cost_exponent``, width :data:`COST_EXPONENT_PRIOR_SD`). Left free (a wide
+prior around 0), it shrank to about half on demo campaigns and took the effects of the knobs a fit
+never varied down with it; held near -1, 50 stored demo campaigns ranked at a mean leave-one-out tau
+of 0.778 instead of 0.752, and the shipped tables as before (within 0.01, 15 paired draws of 5, 10
+and 20 trials each; Lucie-7B seq-4k +0.07 at 5 trials); 5 demo campaigns of a noisier 2-core VM,
+0.647 instead of 0.612. It carries the physics of the workload to configurations far from the
+trials: on the shipped CPU sweeps it lifts the median Kendall tau at 10 trials from 0.47 to 0.68
+(``gpt``, with its ``features``) and from 0.11 to 0.65 (``dlrm``), and on the MPT table from 0.47 to
+0.93 (``benchmarks/predictor_quality.py``). See :func:`cubicml_lab.workloads.gpt.cost_terms`. A cost
+model may return a mapping of term name to value (its values are taken in order, e.g.
+``LLMTrainingModel.cost_terms``); a bound method ``obj.m`` whose object also has ``obj.m_frame`` (a
+DataFrame of configurations -> one row each) is evaluated over many configurations in one call
+(:func:`evaluate_many`). A term that is 0 on every trial of a fit has no weight of its own to learn:
+if the cost model names its terms' units (``term_units``, e.g. ``("flop", "flop", "byte")``) and a
+term of the same unit was seen, it is weighed as that term (an fp32 FLOP, never measured, costs what
+a measured bf16 FLOP costs, until an fp32 trial says otherwise); else it is left out of the mean.
 
 Derived inputs (``features``, and the cost terms): with either, the kernel is a Matern-5/2 with
 BoTorch's dimension-scaled lengthscale prior over the space's columns, then the logs of the
@@ -74,6 +80,7 @@ Example:
 
 from __future__ import annotations
 
+import math
 import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
@@ -91,7 +98,8 @@ if TYPE_CHECKING:
 
     from ..space import Space
 
-__all__ = ["EXTRAS_MAX_ITER", "NOISE_FLOOR_LOG_VAR", "STANDARDISED_NOISE_FLOOR", "GPPredictor",
+__all__ = ["COST_EXPONENT_PRIOR_SD", "EXTRAS_MAX_ITER", "NOISE_FLOOR_LOG_VAR",
+           "STANDARDISED_NOISE_FLOOR", "GPPredictor",
            "batch_method", "evaluate_many"]
 
 #: Smallest per-trial noise variance in log units ((0.1 % relative spread)^2).
@@ -107,6 +115,11 @@ _CHOLESKY_MAX = 5000
 #: directions (13 s on 1,000 trials); capped at 100-200 they ranked as well or slightly better
 #: on every shipped table (early stopping), 3-10x faster.
 EXTRAS_MAX_ITER = 150
+#: Width of the normal prior on the cost model's log-slope around ``cost_exponent``. Fitted
+#: freely, the slope came out between -0.38 and -0.59 on 15 demo campaigns: the fit shrank the
+#: cost model's spread to half and with it the effects no other trial of a fit showed (one thread
+#: instead of two, fp32 instead of bf16), which then came out 20-40% off when left out.
+COST_EXPONENT_PRIOR_SD = 0.5
 #: Candidates per posterior evaluation (the fast exact path; GPyTorch's general path).
 _PREDICT_CHUNK = 8192
 _GPYTORCH_CHUNK = 512
@@ -136,6 +149,14 @@ class GPPredictor(BasePredictor):
         features: Optional derived inputs for the kernel (module doc): ``config -> numbers``
             > 0, the same count for every configuration, e.g.
             :func:`cubicml_lab.workloads.gpt.shape_features`. Needs ``categorical="onehot"``.
+        cost_exponent: With ``cost_model`` and ``log_objective``: the log-slope of the
+            objective in the cost model's weighted total (module doc), the centre of a normal
+            prior of width :data:`COST_EXPONENT_PRIOR_SD` and the fit's starting point. -1
+            (default): the objective is a speed and the terms are costs per unit of it (tokens/s
+            and seconds per token), as in a search, which models every objective as larger is
+            better; +1: the objective is a time that the terms add up to (step time and seconds
+            per step); None: a wide prior around 0, the slope left to the data. Ignored without
+            ``log_objective``.
 
     Attributes:
         point_estimate: ``"median"`` with ``log_objective`` (``predict`` returns ``exp(mu)``),
@@ -149,7 +170,8 @@ class GPPredictor(BasePredictor):
     def __init__(self, space: Space, objective: str = "throughput", *, log_objective: bool = True,
                  seed: int = 0, categorical: str = "onehot", max_fit_points: int = 400,
                  cost_model: Callable[[dict], Any] | None = None,
-                 features: Callable[[dict], Any] | None = None) -> None:
+                 features: Callable[[dict], Any] | None = None,
+                 cost_exponent: float | None = -1.0) -> None:
         if categorical not in ("onehot", "mixed"):
             raise PredictorError(f"categorical = {categorical!r} is not 'onehot' or 'mixed'",
                                  hint="'onehot' (ARD over one-hot columns) or 'mixed' "
@@ -169,8 +191,15 @@ class GPPredictor(BasePredictor):
             if fn is not None and categorical != "onehot":
                 raise PredictorError(f"{name} needs categorical='onehot'",
                                      hint=f"drop categorical='mixed' or {name}")
+        if cost_exponent is not None and (isinstance(cost_exponent, bool) or not isinstance(
+                cost_exponent, (int, float)) or not math.isfinite(cost_exponent)):
+            raise PredictorError(f"cost_exponent = {cost_exponent!r} is not a finite number "
+                                 "or None",
+                                 hint="-1 for a speed (tokens/s), +1 for a time (s/step), None to "
+                                      "fit it freely")
         self.cost_model = cost_model
         self.features = features
+        self.cost_exponent = None if cost_exponent is None else float(cost_exponent)
         self._n_feats = 0  # derived features per configuration (kernel columns)
         self._n_terms = 0  # cost terms per configuration (kernel columns, then the mean's)
         self._extra_bounds: torch.Tensor | None = None  # kernel bounds of the derived columns
@@ -445,22 +474,31 @@ class GPPredictor(BasePredictor):
 
         d, k = X.shape[-1], self._n_terms
         kernel_cols = list(range(d - k))
+        exponent = self.cost_exponent if self.log_objective else None
+        # the slope's prior is in log units of the objective; the mean's output is standardised
+        spread = float(Y.std()) if len(Y) > 1 else 0.0
+        scale = 1.0 / spread if exponent is not None and spread > 0 else 1.0
+        prior = (0.0, 2.0) if exponent is None else (exponent, COST_EXPONENT_PRIOR_SD)
         model = SingleTaskGP(
             X, Y, train_Yvar=Yvar, covar_module=_matern_with_floor(kernel_cols),
-            mean_module=_cost_mean_class()(self._cost_shift, self._cost_src) if k else None,
+            mean_module=_cost_mean_class()(self._cost_shift, self._cost_src, scale, prior)
+            if k else None,
             input_transform=Normalize(d, bounds=bounds, indices=kernel_cols),
             outcome_transform=Standardize(m=1))
         if not k:
             return model
-        # start from the least-squares line of the (standardised) targets on the log total cost
-        # with equal weights, so that c has the right sign for throughput and for time alike
         with torch.no_grad():
+            t = model.train_targets
+            model.mean_module.b.fill_(float(t.mean()))
+            if exponent is not None:
+                model.mean_module.c.fill_(exponent)
+                return model
+            # start from the least-squares line of the (standardised) targets on the log total
+            # cost with equal weights, so that c has the right sign for throughput and time alike
             z = torch.logsumexp(X[:, -k:] - self._cost_shift, dim=-1)
             z = z - z.mean()
-            t = model.train_targets
             slope = float((z * (t - t.mean())).sum() / (z * z).sum().clamp_min(1e-12))
             model.mean_module.c.fill_(slope)
-            model.mean_module.b.fill_(float(t.mean()))
         return model
 
     # -- what the fit learned -------------------------------------------------------------------
@@ -750,19 +788,24 @@ def _cost_mean_class() -> type:
     from gpytorch.priors import NormalPrior
 
     class CostModelMean(gpytorch.means.Mean):
-        """``b + c * log(sum_i exp(a_i) * t_i)`` of the log cost terms ``log t_i`` in the input's
-        last ``k`` columns (centred by ``shift``, the training mean, so that ``a = 0`` weighs
-        the terms equally on typical trials). Term ``i`` takes the weight and centring of term
-        ``src[i]`` (itself, or a seen term of its unit when the fit never saw it). Wide normal
-        priors keep ``a`` and ``c`` finite when a term never matters."""
+        """``b + c * scale * log(sum_i exp(a_i) * t_i)`` of the log cost terms ``log t_i`` in
+        the input's last ``k`` columns (centred by ``shift``, the training mean, so that
+        ``a = 0`` weighs the terms equally on typical trials). Term ``i`` takes the weight and
+        centring of term ``src[i]`` (itself, or a seen term of its unit when the fit never saw
+        it). ``scale`` turns ``c`` into the outcome's units (1 / its standard deviation, so that
+        ``c`` is in log units of the objective; 1: ``c`` is in standardised units). A wide
+        normal prior keeps ``a`` finite when a term never matters; ``c`` has the normal prior
+        ``c_prior`` (mean, standard deviation)."""
 
-        def __init__(self, shift: torch.Tensor, src: torch.Tensor) -> None:
+        def __init__(self, shift: torch.Tensor, src: torch.Tensor, scale: float = 1.0,
+                     c_prior: tuple[float, float] = (0.0, 2.0)) -> None:
             super().__init__()
             k = int(shift.numel())
             self.shift = shift.detach().clone()
             self.src = src.detach().clone()
+            self.scale = float(scale)
             for name, size, prior in (("a", k, NormalPrior(0.0, 4.0)),
-                                      ("b", 1, None), ("c", 1, NormalPrior(0.0, 2.0))):
+                                      ("b", 1, None), ("c", 1, NormalPrior(*c_prior))):
                 self.register_parameter(name, torch.nn.Parameter(
                     torch.zeros(size, dtype=torch.float64)))
                 if prior is not None:
@@ -771,7 +814,7 @@ def _cost_mean_class() -> type:
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             k = self.a.numel()
             logs = x[..., -k:] - self.shift.to(x)
-            return self.b + self.c * torch.logsumexp(self.a[self.src] + logs, dim=-1)
+            return self.b + self.c * self.scale * torch.logsumexp(self.a[self.src] + logs, dim=-1)
 
     return CostModelMean
 
