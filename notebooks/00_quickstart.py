@@ -109,20 +109,21 @@ print(f"best {best_config}: {best_value:,.0f} tokens/s, "
 
 # %% [markdown]
 # ## What we found
-# On the 2-core AMD EPYC this was written on (14 trials, 73 s for the whole notebook, idle
-# machine), the search found micro-batch 16, 2 heads, bf16 autocast, no recomputation, 2
-# threads: 67,900 tokens/s, 2.0x the default configuration's 34,000, at the last trial. Larger
-# micro-batches amortise the per-step overhead of a small model; bf16 autocast was faster than
-# fp32 on that CPU (its bf16 matmuls measured faster than fp32); recomputation only costs time
-# when memory is not the constraint (micro-batch 16 with it: 54,600); one thread is slower than
-# two. Starting from the workload's cost model (`demo_prior()`, which prices an fp32 FLOP at
-# this CPU's measured matmul rates: 4.4 bf16 FLOPs there), the GP ranked the 12 trials with a
-# leave-one-out Kendall tau of 0.58 to 0.91 over 5 runs of the same campaign (`cubicml-lab
-# demo`, idle machine; 0.55 to 0.73 with an fp32 FLOP priced as a bf16 one), and 0.43 to 0.54
-# without a cost model. With so few trials, one pair ranked the wrong way moves tau by 0.03; a
-# configuration the campaign ran once (the one 1-thread trial, or fp32 when only the default
-# ran in it) is the hardest to predict from the others, and so are 32-sequence micro-batches,
-# which run slower per token than 16 once their activations outgrow the CPU's caches. The
-# measurements themselves agree: the same configurations measured in 25 campaigns rank at
-# 0.91-1.00 against each other. Your numbers are in the table and figure above: measured on
-# your machine, not copied.
+# On the 2-core AMD EPYC VM this was last run on (5 runs of `cubicml-lab demo`, 12-13 trials each,
+# idle machine), the search found micro-batch 32, 2 heads, bf16 autocast, no recomputation, 2
+# threads in every run: 31,400-34,400 tokens/s, 1.50-1.62x the default configuration's
+# 20,900-21,200. Larger micro-batches amortise the per-step overhead of a small model; bf16
+# autocast was faster than fp32 (its bf16 matmuls measured 2.4x faster there); recomputation only
+# costs time when memory is not the constraint (micro-batch 32 with it: about 28,000); more heads
+# at the same width cost time (4 heads at micro-batch 32: about 28,700). Micro-batch 32 used to
+# run slower per token than 16: glibc handed the step's largest buffers (32 MiB of logits) back to
+# the kernel after every step and page-faulted them in again, until the trial process stopped it
+# from serving any block by `mmap` (`cubicml_lab.hardware.tune_cpu_allocator`, which each trial's
+# hardware record names as `cpu_malloc`). Starting from the workload's cost model (`demo_prior()`,
+# which prices an fp32 FLOP at this CPU's measured matmul rates), the GP ranked the trials with a
+# leave-one-out Kendall tau of 0.67 to 0.85 over the 5 runs (0.50 to 0.79 before the allocator
+# change). With so few trials, one pair ranked the wrong way moves tau by 0.03, and the
+# measurements themselves set a ceiling: the same configurations measured in the 5 campaigns rank
+# at 0.71-0.94 (mean 0.82) against each other, on a VM whose speed wandered (its reference
+# workload read 113 to 201 steps/s from trial to trial); on a steadier VM they agreed at
+# 0.91-1.00. Your numbers are in the table and figure above: measured on your machine, not copied.

@@ -183,8 +183,9 @@ def shape_features(cfg: Mapping[str, Any]) -> list[float]:
     hidden-state GEMMs, of the LM head's logits, of the attention score matrices per token
     (``seq_len * n_heads * n_layers``), and the bytes of one layer's activations of the
     micro-batch (``tokens * (8 + mlp_ratio) * d_model`` elements, 2 or 4 bytes), whose size
-    against the CPU's caches bends the speed (on the demo, 32 sequences ran slower per token
-    than 16). On the gpt sweep at 50 trials, the GP with the first four and
+    against the CPU's caches may bend the speed (on the demo, 32 sequences once ran slower per
+    token than 16, but that was glibc page-faulting the step's buffers back in, which
+    :func:`~cubicml_lab.hardware.tune_cpu_allocator` now stops). On the gpt sweep at 50 trials, the GP with the first four and
     :func:`cost_terms` ranked at a median Kendall tau of 0.87 where the cost model alone gave
     0.81 (``benchmarks/predictor_quality.py``; ``GPPredictor`` module doc); the working set
     added 0.013 on 10 demo campaigns and left the sweep's tau where it was. ``cfg`` needs
