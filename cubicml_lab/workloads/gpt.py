@@ -178,19 +178,19 @@ def shape_features(cfg: Mapping[str, Any]) -> list[float]:
     an effect of, say, the GEMMs' row count ``micro_batch * seq_len`` is one smooth function of
     one input rather than of two knobs.
 
-    Returns ``[tokens per micro-batch, tokens x d_model, tokens x vocab, 1 + attention scores
-    per token, working-set bytes]`` for one micro-batch: the rows of every GEMM, the size of the
+    Returns ``[tokens per micro-batch, tokens x d_model, tokens x vocab, 1 + attention scores per
+    token, working-set bytes]`` for one micro-batch: the rows of every GEMM, the size of the
     hidden-state GEMMs, of the LM head's logits, of the attention score matrices per token
-    (``seq_len * n_heads * n_layers``), and the bytes of one layer's activations of the
-    micro-batch (``tokens * (8 + mlp_ratio) * d_model`` elements, 2 or 4 bytes), whose size
-    against the CPU's caches may bend the speed (on the demo, 32 sequences once ran slower per
-    token than 16, but that was glibc page-faulting the step's buffers back in, which
-    :func:`~cubicml_lab.hardware.tune_cpu_allocator` now stops). On the gpt sweep at 50 trials, the GP with the first four and
-    :func:`cost_terms` ranked at a median Kendall tau of 0.87 where the cost model alone gave
-    0.81 (``benchmarks/predictor_quality.py``; ``GPPredictor`` module doc); the working set
-    added 0.013 on 10 demo campaigns and left the sweep's tau where it was. ``cfg`` needs
-    ``d_model``, ``n_layers``, ``n_heads``, ``vocab``, ``seq_len``, ``mlp_ratio`` and
-    ``micro_batch`` (``precision`` optional).
+    (``seq_len * n_heads * n_layers``), and the bytes of one layer's activations of the micro-batch
+    (``tokens * (8 + mlp_ratio) * d_model`` elements, 2 or 4 bytes), whose size against the CPU's
+    caches may bend the speed (on the demo, 32 sequences once ran slower per token than 16, but that
+    was glibc page-faulting the step's buffers back in, which
+    :func:`~cubicml_lab.hardware.tune_cpu_allocator` now stops). On the gpt sweep at 50 trials, the
+    GP with the first four and :func:`cost_terms` ranked at a median Kendall tau of 0.87 where the
+    cost model alone gave 0.81 (``benchmarks/predictor_quality.py``; ``GPPredictor`` module doc);
+    the working set added 0.013 on 10 demo campaigns (0.016 on 10 of another VM) and left the
+    sweep's tau where it was. ``cfg`` needs ``d_model``, ``n_layers``, ``n_heads``, ``vocab``,
+    ``seq_len``, ``mlp_ratio`` and ``micro_batch`` (``precision`` optional).
 
     Example:
         >>> cfg = {k: knob.default for k, knob in KNOBS.items()}
