@@ -42,15 +42,20 @@ def peak_memory_gib(device: str = "cpu") -> float:
 def reset_peak_memory(device: str = "cpu") -> bool:
     """Start a new peak-memory period; return whether the platform allowed it.
 
-    CUDA: ``torch.cuda.reset_peak_memory_stats``. CPU (Linux): writes ``5`` to
-    ``/proc/self/clear_refs``, which resets the high-water RSS to the current RSS; elsewhere the
-    peak stays the process's lifetime peak and ``False`` is returned.
+    CUDA: ``torch.cuda.reset_peak_memory_stats``. CPU (Linux): gives the memory malloc holds
+    free back to the kernel (glibc's ``malloc_trim``: :func:`tune_cpu_allocator` keeps freed
+    blocks, so an earlier trial's buffers would otherwise count in this one's peak), then writes
+    ``5`` to ``/proc/self/clear_refs``, which resets the high-water RSS to the current RSS;
+    elsewhere the peak stays the process's lifetime peak and ``False`` is returned.
     """
     if str(device).startswith("cuda"):
         import torch
 
         torch.cuda.reset_peak_memory_stats(torch.device(device))
         return True
+    libc = _glibc()
+    if libc is not None:
+        libc.malloc_trim(0)
     try:
         Path("/proc/self/clear_refs").write_text("5")
         return True
@@ -61,6 +66,21 @@ def reset_peak_memory(device: str = "cpu") -> bool:
 # glibc mallopt parameters (malloc.h) and the values tune_cpu_allocator sets.
 _M_TRIM_THRESHOLD, _M_MMAP_MAX = -1, -4
 _TRIM_THRESHOLD = 2**31 - 1
+
+
+@lru_cache(maxsize=1)
+def _glibc() -> Any:
+    """This process's C library through ctypes where it is glibc (Linux), else None."""
+    if not sys.platform.startswith("linux") or platform.libc_ver()[0] != "glibc":
+        return None
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallopt, libc.malloc_trim  # noqa: B018 - both must exist
+    except (OSError, AttributeError):
+        return None
+    return libc
 
 
 @lru_cache(maxsize=1)
@@ -91,16 +111,11 @@ def tune_cpu_allocator() -> str:
     """
     if os.environ.get("CUBICML_LAB_MALLOC", "").lower() == "default":
         return "default"
-    if not sys.platform.startswith("linux") or not platform.libc_ver()[0] == "glibc":
+    libc = _glibc()
+    if libc is None:
         return "default"
-    import ctypes
-
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-        ok = (libc.mallopt(_M_MMAP_MAX, 0) == 1
-              and libc.mallopt(_M_TRIM_THRESHOLD, _TRIM_THRESHOLD) == 1)
-    except (OSError, AttributeError):
-        return "default"
+    ok = (libc.mallopt(_M_MMAP_MAX, 0) == 1
+          and libc.mallopt(_M_TRIM_THRESHOLD, _TRIM_THRESHOLD) == 1)
     return "glibc mmap=off trim_threshold=2GiB" if ok else "default"
 
 
