@@ -7,8 +7,8 @@ steps are timed one by one. Settings:
 * ``untuned``: glibc's defaults (large blocks mapped and unmapped by ``mmap``/``munmap``);
 * ``threshold``: ``M_MMAP_THRESHOLD`` at glibc's cap of 32 MiB and a 2 GiB trim threshold (what
   trials did before ``M_MMAP_MAX``);
-* ``mmap-off``: ``M_MMAP_MAX = 0`` and a 2 GiB trim threshold, what
-  :func:`cubicml_lab.hardware.tune_cpu_allocator` sets in every trial.
+* ``mmap-off``: :func:`cubicml_lab.hardware.tune_cpu_allocator`, as every trial calls it
+  (``M_MMAP_MAX = 0`` and a 2 GiB trim threshold).
 
 It prints, per configuration and setting, the minor page faults per step, the kernel time per
 step, the median step and its 10th-90th percentile. Measured on a 2-core VM, untuned /
@@ -28,8 +28,9 @@ import json
 import subprocess
 import sys
 
-SETTINGS = {"untuned": [], "threshold": [(-3, 32 * 2**20), (-1, 2**31 - 1)],
-            "mmap-off": [(-4, 0), (-1, 2**31 - 1)]}
+#: mallopt (parameter, value) pairs of each setting (malloc.h: -1 M_TRIM_THRESHOLD, -3
+#: M_MMAP_THRESHOLD); "mmap-off" is tune_cpu_allocator itself, as a trial calls it.
+SETTINGS = {"untuned": [], "threshold": [(-3, 32 * 2**20), (-1, 2**31 - 1)], "mmap-off": "tuned"}
 CONFIGS = [
     {"micro_batch": 32, "n_heads": 2, "precision": "bf16", "threads": 2},
     {"micro_batch": 32, "n_heads": 2, "precision": "fp32", "threads": 2},
@@ -40,8 +41,12 @@ CONFIGS = [
 CHILD = """
 import ctypes, json, resource, sys, time
 opts, cfg, steps = json.loads(sys.argv[1]), json.loads(sys.argv[2]), int(sys.argv[3])
-libc = ctypes.CDLL("libc.so.6")
-assert all(libc.mallopt(k, v) == 1 for k, v in opts)
+if opts == "tuned":
+    from cubicml_lab.hardware import tune_cpu_allocator
+    assert tune_cpu_allocator() != "default", "CUBICML_LAB_MALLOC=default or not glibc"
+else:
+    libc = ctypes.CDLL("libc.so.6")
+    assert all(libc.mallopt(k, v) == 1 for k, v in opts)
 import torch
 torch.set_num_threads(cfg["threads"])
 from cubicml_lab.workloads import get

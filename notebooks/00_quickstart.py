@@ -111,8 +111,8 @@ print(f"best {best_config}: {best_value:,.0f} tokens/s, "
 # ## What we found
 # On the 2-core AMD EPYC VM this was last run on (5 runs of `cubicml-lab demo`, 12-13 trials each,
 # idle machine), the search found micro-batch 32, 2 heads, bf16 autocast, no recomputation, 2
-# threads in every run: 31,400-34,400 tokens/s, 1.50-1.62x the default configuration's
-# 20,900-21,200. Larger micro-batches amortise the per-step overhead of a small model; bf16
+# threads in every run: 31,400-34,400 tokens/s, 1.50-1.69x the default configuration's
+# 20,300-22,600. Larger micro-batches amortise the per-step overhead of a small model; bf16
 # autocast was faster than fp32 (its bf16 matmuls measured 2.4x faster there); recomputation only
 # costs time when memory is not the constraint (micro-batch 32 with it: about 28,000); more heads
 # at the same width cost time (4 heads at micro-batch 32: about 28,700). Micro-batch 32 used to

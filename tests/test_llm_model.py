@@ -427,7 +427,7 @@ GPT_CONFIGS = [
 def _measured_peaks() -> list[float]:
     """peak_mem_gib of each GPT_CONFIGS entry, each trial in a fresh process with glibc's own
     malloc settings (``CUBICML_LAB_MALLOC=default``): a trial's tuned malloc keeps freed blocks
-    in its heap, whose holes add 3-25% to the peak above the baseline here (fragmentation, which
+    in its heap, whose holes add 3-27% to the peak above the baseline here (fragmentation, which
     the model leaves to ``memory_fragmentation``; 0.31-0.38 GiB instead of 0.30 for the
     activations-heavy config)."""
     import cubicml_lab as cml
