@@ -177,12 +177,16 @@ class ReferenceWork:
 
     def sample(self) -> float:
         """Seconds per reference step over one sample (the first call also calibrates)."""
-        if self.steps == 0:
-            for _ in range(3):
+        if self.steps == 0:  # calibrate on the median of 5 timed steps, not one (a slow one
+            for _ in range(3):  # left a sample at 1 step, 8.5 ms, on a VM whose speed jumps)
                 self._step()
-            t0 = time.perf_counter()
-            self._step()
-            self.steps = max(1, round(self.sample_s / max(time.perf_counter() - t0, 1e-6)))
+            times = []
+            for _ in range(5):
+                t0 = time.perf_counter()
+                self._step()
+                times.append(time.perf_counter() - t0)
+            step_s = sorted(times)[2]
+            self.steps = max(1, round(self.sample_s / max(step_s, 1e-6)))
         t0 = time.perf_counter()
         for _ in range(self.steps):
             self._step()
