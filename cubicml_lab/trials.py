@@ -272,11 +272,12 @@ def _omp_env() -> str:
     return " ".join(f"{k}={os.environ[k]}" for k in keys if k in os.environ)
 
 
-def _guard_and_reference(device: str, options: Any, telemetry: Any) -> tuple[Any, Any]:
+def _guard_and_reference(device: str, options: Any, telemetry: Any, rows: int
+                         ) -> tuple[Any, Any]:
     """The contention guard and drift reference of a trial on ``device``: on CPU the run-queue
-    wait of the trial's threads and a :class:`~cubicml_lab.hardware.ReferenceWork` at the
-    trial's thread count; on CUDA the throttle reasons :class:`GpuTelemetry` sees (no reference:
-    a CPU workload says nothing of a GPU's speed). No CPU guard when the trial's own threads
+    wait of the trial's threads and a :class:`~cubicml_lab.hardware.ReferenceWork` of ``rows``
+    at the trial's thread count; on CUDA the throttle reasons :class:`GpuTelemetry` sees (no
+    reference: a CPU workload says nothing of a GPU's speed). No CPU guard when the trial's own threads
     (all local ranks') outnumber its cores: their waiting is the config's, not the machine's."""
     import os
 
@@ -290,7 +291,7 @@ def _guard_and_reference(device: str, options: Any, telemetry: Any) -> tuple[Any
     guard = CpuContention(threads, options.max_cpu_wait) if CpuContention.available() else None
     if guard is not None and threads * int(os.environ.get("LOCAL_WORLD_SIZE", "1")) > guard.cores:
         guard = None
-    reference = ReferenceWork().sample if options.reference_share > 0 else None
+    reference = ReferenceWork(rows=rows).sample if options.reference_share > 0 else None
     return guard, reference
 
 
@@ -304,9 +305,22 @@ def _build_and_time(workload: Any, config: dict[str, Any], options: Any, device:
     """
     import torch
 
-    from .hardware import GpuTelemetry, reference_nominal, reference_usual
-    from .timing import (device_peak_flops, make_timer, peak_memory_gib, reference_metrics,
-                         reset_peak_memory, summarize, time_steps)
+    from .hardware import (
+        GpuTelemetry,
+        establish_reference_scale,
+        reference_nominal,
+        reference_rows,
+        reference_usual,
+    )
+    from .timing import (
+        device_peak_flops,
+        make_timer,
+        peak_memory_gib,
+        reference_metrics,
+        reset_peak_memory,
+        summarize,
+        time_steps,
+    )
 
     peak_flops = device_peak_flops(device, config.get("precision", "fp32"))
     reset_peak_memory(device)
@@ -319,8 +333,12 @@ def _build_and_time(workload: Any, config: dict[str, Any], options: Any, device:
 
     telemetry = GpuTelemetry(device) if device.startswith("cuda") else contextlib.nullcontext()
     with telemetry:
-        guard, reference = _guard_and_reference(device, options, telemetry)
-        usual = (reference_usual(torch.get_num_threads(), options.drift_tol)
+        rows = reference_rows(built.matmul_rows)
+        guard, reference = _guard_and_reference(device, options, telemetry, rows)
+        threads = torch.get_num_threads()
+        if reference is not None:
+            establish_reference_scale(threads)  # once per machine and thread count
+        usual = (reference_usual(threads, options.drift_tol, rows)
                  if reference is not None and options.drift_tol > 0 else None)
         hardware["contention_guard"] = (type(guard).__name__ if guard is not None and
                                         options.guard else "off")
@@ -338,13 +356,14 @@ def _build_and_time(workload: Any, config: dict[str, Any], options: Any, device:
                               f"{config.get('lr')!r}?); the step time of a diverged run is not "
                               "reported")
     speed = reference_metrics(timing)["reference_speed"]
-    nominal = (reference_nominal(speed, torch.get_num_threads(),
+    nominal = (reference_nominal(speed, threads, rows=rows,
                                  record=world.rank == 0 and not timing.contended)
                if math.isfinite(speed) else None)
     metrics = summarize(timing, built.units_per_step, built.flops_per_step, peak_flops,
                         built.n_devices, units=workload.units, reference_nominal=nominal)
     metrics.update(peak_mem_gib=world.max(peak_memory_gib(device)), loss=loss,
-                   model_params=float(built.model_params))
+                   model_params=float(built.model_params),
+                   reference_rows=float(rows) if reference is not None else math.nan)
     return "ok", metrics, None
 
 

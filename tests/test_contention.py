@@ -6,6 +6,7 @@ The competing load is real: busy Python processes, one per core this process may
 
 from __future__ import annotations
 
+import json
 import os
 import statistics
 import subprocess
@@ -16,7 +17,17 @@ from contextlib import contextmanager
 
 import pytest
 
-from cubicml_lab.hardware import CpuContention, ReferenceWork, tune_cpu_allocator
+from cubicml_lab.errors import MeasurementError
+from cubicml_lab.hardware import (
+    REFERENCE_ROWS,
+    CpuContention,
+    ReferenceWork,
+    establish_reference_scale,
+    reference_nominal,
+    reference_rows,
+    tune_cpu_allocator,
+)
+from cubicml_lab.hardware.contention import DEFAULT_REFERENCE_ROWS
 from cubicml_lab.launch.worker import THREAD_WAIT_ENV, set_thread_waiting
 from cubicml_lab.trials import run_trial
 
@@ -58,6 +69,8 @@ def test_guard_flags_a_trial_beside_competing_processes() -> None:
     assert m["cpu_wait"] > 0.1  # the trial's threads waited for a core
     assert m["throughput_log_var"] >= 0.05  # and the figure says it is not to be trusted
     assert m["target_met"] == 0.0
+    # the drift reference has about the trial's rows per matmul: 8 x 64 tokens
+    assert m["reference_rows"] == reference_rows(8 * 64) == 512
 
 
 @linux
@@ -81,7 +94,8 @@ def test_guard_sees_the_wait_of_a_busy_thread() -> None:
 
 
 @linux
-def test_reference_is_stable_on_an_idle_machine() -> None:
+@pytest.mark.parametrize("rows", [REFERENCE_ROWS[0], REFERENCE_ROWS[-1]])
+def test_reference_is_stable_on_an_idle_machine(rows: int) -> None:
     """20 clean samples spread within the reference's tolerance. A virtual machine's host may
     switch speed state between samples (seen on a 2-core VM: 6.0 ms and 4.9 ms per reference
     step, a round of 20 straddling both spread 18%): that is the drift the reference exists to
@@ -90,7 +104,7 @@ def test_reference_is_stable_on_an_idle_machine() -> None:
     import torch
 
     tune_cpu_allocator()  # as run_trial does: without it page faults add ~15% noise
-    ref = ReferenceWork()
+    ref = ReferenceWork(rows=rows)
     guard = CpuContention(torch.get_num_threads())
     rounds = []
     for _ in range(5):
@@ -114,6 +128,45 @@ def test_reference_is_stable_on_an_idle_machine() -> None:
     spread, halves, med, clean = rounds[-1]
     assert spread <= ReferenceWork.tolerance and halves <= ReferenceWork.tolerance, rounds
     assert 0.01 <= ref.steps * med <= 0.06  # a sample lasts about 20 ms
+
+
+def test_reference_sizes_follow_the_trial_and_bad_sizes_are_refused() -> None:
+    assert [reference_rows(n) for n in (None, 0, 1, 200, 400, 1024, 10**6)] == [
+        DEFAULT_REFERENCE_ROWS, DEFAULT_REFERENCE_ROWS, REFERENCE_ROWS[0], 256, 512, 1024,
+        REFERENCE_ROWS[-1]]
+    with pytest.raises(MeasurementError, match="rows=300") as e:
+        ReferenceWork(rows=300)
+    assert "reference_rows" in str(e.value)
+
+
+def test_reference_scale_is_measured_once_for_every_size_together(tmp_path, monkeypatch) -> None:
+    """The nominals of all sizes come from one measurement; a size that goes missing later is
+    measured again and moved onto the kept scale, and the kept nominals never change."""
+    import torch
+
+    monkeypatch.setenv("CUBICML_LAB_CACHE_DIR", str(tmp_path))
+    threads = torch.get_num_threads()
+    first = establish_reference_scale(threads, rounds=3)
+    assert sorted(first) == list(REFERENCE_ROWS)
+    assert all(v > 0 for v in first.values())
+    # more rows per step, fewer steps per second (x4 the work from the smallest to the largest)
+    assert first[REFERENCE_ROWS[0]] > first[REFERENCE_ROWS[-1]] * 1.5
+    cache = json.loads((tmp_path / "reference.json").read_text())
+    assert sorted(int(k.rsplit("=", 1)[1]) for k in cache) == list(REFERENCE_ROWS)
+    assert establish_reference_scale(threads) == first  # kept: nothing measured again
+    for speed in (first[256], first[256]):  # a trial's figure is recorded, not made the nominal
+        assert reference_nominal(speed * 2, threads, record=True, rows=256) == first[256]
+    # a size missing (e.g. a newer version with another size): only it is measured again
+    cache = json.loads((tmp_path / "reference.json").read_text())
+    key = next(k for k in cache if k.endswith("|rows=1024"))
+    del cache[key]
+    (tmp_path / "reference.json").write_text(json.dumps(cache))
+    again = establish_reference_scale(threads, rounds=3)
+    assert {r: v for r, v in again.items() if r != 1024} == {
+        r: v for r, v in first.items() if r != 1024}
+    assert 0.5 < again[1024] / first[1024] < 2.0  # on the same scale, up to the machine's drift
+    kept = json.loads((tmp_path / "reference.json").read_text())
+    assert len(kept[next(k for k in kept if k.endswith("|rows=256"))]["recent"]) == 2
 
 
 def test_thread_waiting_env_is_set_unless_the_caller_chose() -> None:

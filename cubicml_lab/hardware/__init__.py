@@ -14,8 +14,10 @@
   threads' run-queue wait, its CPU time, the rest of the machine's); :class:`ThrottleGuard`, the
   same question for a CUDA device (throttle reasons seen by :class:`GpuTelemetry`).
 * :class:`ReferenceWork`: a fixed small training step whose speed, measured next to a trial,
-  gauges how fast the machine runs at that moment (drift correction); :func:`reference_nominal`
-  keeps the machine's nominal speed, the scale of corrected figures, and its recent speeds;
+  gauges how fast the machine runs at that moment (drift correction), in a size near the trial's
+  rows per matmul (:func:`reference_rows`); :func:`establish_reference_scale` measures every
+  size's nominal speed together and :func:`reference_nominal` keeps them, the scale of corrected
+  figures, and the recent speeds;
   :func:`reference_usual` reads and the one it is usually at (a machine
   that switches between speed states has its windows held to that one: ``time_steps``).
 
@@ -27,9 +29,12 @@ from __future__ import annotations
 
 from .contention import (
     MAX_CPU_WAIT,
+    REFERENCE_ROWS,
     CpuContention,
     ReferenceWork,
+    establish_reference_scale,
     reference_nominal,
+    reference_rows,
     reference_usual,
     usual_speed,
 )
@@ -47,7 +52,7 @@ from .machine import (
 )
 
 __all__ = ["CpuContention", "GpuTelemetry", "ReferenceWork", "ThrottleGuard", "default_device",
-           "device_peak_flops", "hardware_info", "host_record", "locked_json_cache", "MAX_CPU_WAIT",
-           "parse_smi_sample", "peak_memory_gib", "reference_nominal",
-           "reference_usual", "usual_speed", "reset_peak_memory",
+           "device_peak_flops", "establish_reference_scale", "hardware_info", "host_record", "locked_json_cache", "MAX_CPU_WAIT",
+           "parse_smi_sample", "peak_memory_gib", "REFERENCE_ROWS", "reference_nominal",
+           "reference_rows", "reference_usual", "usual_speed", "reset_peak_memory",
            "summarize_telemetry", "tune_cpu_allocator", "cpu_model"]

@@ -10,10 +10,12 @@ import math
 import os
 import time
 
+from ..errors import MeasurementError
 from .machine import cpu_model, locked_json_cache
 
-__all__ = ["MAX_CPU_WAIT", "USUAL_HISTORY", "USUAL_MIN", "USUAL_MOVED", "CpuContention",
-           "ReferenceWork", "reference_nominal", "reference_usual",
+__all__ = ["DEFAULT_REFERENCE_ROWS", "MAX_CPU_WAIT", "REFERENCE_ROWS", "USUAL_HISTORY",
+           "USUAL_MIN", "USUAL_MOVED", "CpuContention", "ReferenceWork",
+           "establish_reference_scale", "reference_nominal", "reference_rows", "reference_usual",
            "usual_speed"]
 
 
@@ -138,34 +140,65 @@ class CpuContention:
 
 
 # ----------------------------------------------------------------------- drift reference
+#: The sizes :class:`ReferenceWork` comes in: rows of its batch, powers of two (one of 128 rows
+#: spread 10-12% (IQR / median) over 20 samples on an idle 2-core VM, over its tolerance).
+REFERENCE_ROWS = (256, 512, 1024)
+#: The size used when a trial does not say how many rows its matmuls have.
+DEFAULT_REFERENCE_ROWS = 256
+
+
+def reference_rows(rows: int | None) -> int:
+    """The :data:`REFERENCE_ROWS` size nearest (in log) to a trial's ``rows`` per matmul
+    (``None``: :data:`DEFAULT_REFERENCE_ROWS`).
+
+    Example:
+        >>> [reference_rows(r) for r in (None, 1, 128, 300, 400, 4096)]
+        [256, 256, 256, 256, 512, 1024]
+    """
+    if rows is None or rows <= 0:
+        return DEFAULT_REFERENCE_ROWS
+    return min(REFERENCE_ROWS, key=lambda r: (abs(math.log(rows / r)), r))
+
+
 class ReferenceWork:
     """A fixed small training step that gauges how fast the machine runs now.
 
-    The forward and backward pass of a fixed two-layer MLP (256 -> 1024 -> 256, GELU, batch
-    256, fp32; 0.8 GFLOP per step), run with torch's current thread count: its matmuls and
-    elementwise ops are large enough to use every thread, as a trial's do (a smaller one ran on
-    one thread and did not feel what a 2-thread trial felt). :meth:`sample`
+    The forward and backward pass of a fixed two-layer MLP (256 -> 1024 -> 256, GELU, fp32,
+    a batch of ``rows``; 0.8 GFLOP per step at 256 rows), run with torch's current thread count:
+    its matmuls and elementwise ops are large enough to use every thread, as a trial's do (a
+    smaller one ran on one thread and did not feel what a 2-thread trial felt). :meth:`sample`
     runs a fixed number of these steps (chosen on the first call so that a sample lasts about
     ``sample_s``) and returns seconds per step. A trial's figures divided by this figure, taken
     in the same process next to its windows, cancel what slows both alike: clock changes,
     other tenants of a virtual machine, cache and memory state.
 
+    What slows a step depends on its working set, so a trial's reference has about as many rows
+    as its own matmuls (:func:`reference_rows`). Measured on a 2-core VM, 4 gpt configurations
+    x 4 fresh processes, each reference interleaved with the trial's windows: the trials with
+    1,024 and 4,096 rows per matmul kept 3.4-6.9% apart across processes over the 1,024-row
+    reference (15-22% over the 256-row one), the one with 256 rows 10.0% over the 256-row one
+    (18% over the 1,024-row one), where the raw figures spread 10-27%.
+
     Args:
         sample_s: Seconds one sample lasts, about.
+        rows: Rows of the batch, one of :data:`REFERENCE_ROWS` (see :func:`reference_rows`).
     """
 
     #: Relative spread (IQR / median) of clean samples in one process on an idle machine, at
     #: most (measured on a 2-core VM: about 0.04 with :func:`tune_cpu_allocator`, 0.16 without).
     tolerance = 0.08
 
-    def __init__(self, sample_s: float = 0.02) -> None:
+    def __init__(self, sample_s: float = 0.02, rows: int = DEFAULT_REFERENCE_ROWS) -> None:
         import torch
 
+        if rows not in REFERENCE_ROWS:
+            raise MeasurementError(f"ReferenceWork(rows={rows!r}) is not a reference size",
+                                   hint=f"one of {REFERENCE_ROWS}; reference_rows(n) picks one")
         gen = torch.Generator().manual_seed(0)
         self._w1 = torch.randn(256, 1024, generator=gen).mul_(0.05).requires_grad_()
         self._w2 = torch.randn(1024, 256, generator=gen).mul_(0.05).requires_grad_()
-        self._x = torch.randn(256, 256, generator=gen)
-        self.sample_s = sample_s
+        self._x = torch.randn(rows, 256, generator=gen)
+        self.sample_s, self.rows = sample_s, rows
         self.steps = 0  # steps per sample, set by the first sample
 
     def _step(self) -> None:
@@ -193,15 +226,18 @@ class ReferenceWork:
         return (time.perf_counter() - t0) / self.steps
 
 
-def _key(threads: int) -> str:
-    """The cache key of this CPU model at ``threads``."""
-    return f"{cpu_model()}|threads={threads}"
+def _key(threads: int, rows: int = DEFAULT_REFERENCE_ROWS) -> str:
+    """The cache key of this CPU model at ``threads`` for the reference of ``rows``."""
+    return f"{cpu_model()}|threads={threads}|rows={rows}"
 
 
-def reference_nominal(speed: float, threads: int, record: bool = False) -> float:
-    """This machine's nominal :class:`ReferenceWork` speed (reference steps/s) at ``threads``.
+def reference_nominal(speed: float, threads: int, record: bool = False,
+                      rows: int = DEFAULT_REFERENCE_ROWS) -> float:
+    """This machine's nominal :class:`ReferenceWork` speed (reference steps/s) at ``threads``
+    for the reference of ``rows``.
 
-    The first figure offered for this CPU model and thread count is kept, in
+    The first figure kept for this CPU model, thread count and size (by
+    :func:`establish_reference_scale`, or else the first offered here) is stored in
     ``$CUBICML_LAB_CACHE_DIR/reference.json`` (default ``~/.cache/cubicml_lab``), and returned
     ever after, so that drift-corrected throughputs (``raw * nominal / reference_speed``) of all
     trials on this machine share one scale, in the workload's units per second. Delete the file
@@ -211,11 +247,12 @@ def reference_nominal(speed: float, threads: int, record: bool = False) -> float
     Args:
         speed: This trial's reference speed, offered as the nominal if none is kept yet.
         threads: Threads the reference ran with.
-        record: Also add ``speed`` to the machine's recent figures at ``threads`` (the last
-            :data:`USUAL_HISTORY`, which :func:`reference_usual` reads); a non-finite or
-            non-positive one is not added.
+        record: Also add ``speed`` to the machine's recent figures at ``threads`` and ``rows``
+            (the last :data:`USUAL_HISTORY`, which :func:`reference_usual` reads); a non-finite
+            or non-positive one is not added.
+        rows: The reference's size (:data:`REFERENCE_ROWS`).
     """
-    key = _key(threads)
+    key = _key(threads, rows)
     with locked_json_cache("reference.json") as cache:
         entry = cache.get(key)
         if not isinstance(entry, dict):
@@ -226,6 +263,51 @@ def reference_nominal(speed: float, threads: int, record: bool = False) -> float
                       if isinstance(kept, list) else [])
             entry["recent"] = (recent + [float(speed)])[-USUAL_HISTORY:]
         return float(entry["steps_per_s"])
+
+
+def _kept_nominal(cache: dict, threads: int, rows: int) -> float | None:
+    entry = cache.get(_key(threads, rows))
+    speed = entry.get("steps_per_s") if isinstance(entry, dict) else None
+    return float(speed) if isinstance(speed, (int, float)) and speed > 0 else None
+
+
+def establish_reference_scale(threads: int, rounds: int = 7) -> dict[int, float]:
+    """The nominal speeds of every :data:`REFERENCE_ROWS` size at ``threads`` (torch's current
+    thread count must be ``threads``), measured together where any is missing.
+
+    Trials correct their figures each over the reference of their own size, so the sizes'
+    nominals must describe one machine state, or the configurations that use one size would be
+    shifted against those that use another: where one is missing, every size is sampled
+    ``rounds`` times, round-robin within a second or two, and a missing size's nominal is its
+    median speed, moved by the ratio of the kept nominals to the medians now measured of the
+    sizes that have one (geometric mean), or taken as measured when none has.
+
+    Returns:
+        ``{rows: nominal steps/s}`` for every size.
+    """
+    with locked_json_cache("reference.json") as cache:
+        kept = {r: _kept_nominal(cache, threads, r) for r in REFERENCE_ROWS}
+    if all(v is not None for v in kept.values()):
+        return {r: float(v) for r, v in kept.items() if v is not None}
+    works = {r: ReferenceWork(rows=r) for r in REFERENCE_ROWS}
+    samples: dict[int, list[float]] = {r: [] for r in REFERENCE_ROWS}
+    for _ in range(rounds):
+        for r, work in works.items():
+            samples[r].append(work.sample())
+    now = {r: 1.0 / sorted(x)[len(x) // 2] for r, x in samples.items()}
+    with locked_json_cache("reference.json") as cache:  # another process may have won the race
+        kept = {r: _kept_nominal(cache, threads, r) for r in REFERENCE_ROWS}
+        have = [math.log(v / now[r]) for r, v in kept.items() if v is not None]
+        shift = math.exp(sum(have) / len(have)) if have else 1.0
+        out = {}
+        for r in REFERENCE_ROWS:
+            if kept[r] is None:
+                entry = cache.get(_key(threads, r))
+                entry = entry if isinstance(entry, dict) else {}
+                entry.update(steps_per_s=now[r] * shift, measured_at=time.time())
+                cache[_key(threads, r)] = entry
+            out[r] = float(cache[_key(threads, r)]["steps_per_s"])
+    return out
 
 
 #: Reference speeds of this many recent trials are kept per CPU model and thread count.
@@ -267,14 +349,15 @@ def usual_speed(speeds: list[float], tol: float) -> float | None:
     return math.exp(usual)
 
 
-def reference_usual(threads: int, tol: float) -> float | None:
-    """This machine's usual :class:`ReferenceWork` speed (steps/s) at ``threads``: the
-    :func:`usual_speed` of the last :data:`USUAL_HISTORY` trials' figures (recorded by
+def reference_usual(threads: int, tol: float, rows: int = DEFAULT_REFERENCE_ROWS
+                    ) -> float | None:
+    """This machine's usual :class:`ReferenceWork` speed (steps/s) at ``threads`` and ``rows``:
+    the :func:`usual_speed` of the last :data:`USUAL_HISTORY` trials' figures (recorded by
     :func:`reference_nominal`, kept in ``$CUBICML_LAB_CACHE_DIR/reference.json``); ``None``
     until :data:`USUAL_MIN` were recorded. ``tol``: how far (in log) figures of one speed state
     lie apart (``MeasureOptions.drift_tol``)."""
     with locked_json_cache("reference.json") as cache:
-        entry = cache.get(_key(threads))
+        entry = cache.get(_key(threads, rows))
         recent = entry.get("recent") if isinstance(entry, dict) else None
     if not isinstance(recent, list):
         return None

@@ -99,6 +99,10 @@ class Built:
         n_devices: Devices (processes) the step runs on; units and FLOPs are their total.
         parallel: How the job is split, for the record (e.g. ``{"dp_shard": 2, "tp": 1,
             "strategy": "fsdp"}``); empty for one process.
+        matmul_rows: Rows of the step's large matmuls on one process in one micro-step (tokens
+            per micro-batch, samples per batch); the CPU drift reference is sized near it
+            (:func:`~cubicml_lab.hardware.reference_rows`). ``None``: not said (the default
+            size).
     """
 
     step: Callable[[], Any]
@@ -110,6 +114,7 @@ class Built:
     precision: str = "fp32"
     n_devices: int = 1
     parallel: dict[str, Any] = field(default_factory=dict)
+    matmul_rows: int | None = None
 
 
 class Workload(ABC):

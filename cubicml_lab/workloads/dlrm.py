@@ -292,7 +292,8 @@ class DLRMWorkload(Workload):
                      flops_convention=FLOPS_CONVENTION, sync=sync, model_params=n_params,
                      precision="fp32", n_devices=w,
                      parallel={"embedding_sharding": cfg["embedding_sharding"] if w > 1 else
-                               "local", "tables_here": len(mine)})
+                               "local", "tables_here": len(mine)},
+                     matmul_rows=b)
 
 
 def _optimizers(cfg: Mapping[str, Any], tables: Any, dense_params: list[Any]) -> list[Any]:

@@ -385,7 +385,8 @@ class GPTWorkload(Workload):
                      flops_per_step=flops_per_step(cfg) * dp_size,
                      flops_convention=FLOPS_CONVENTION, sync=sync, model_params=n_params,
                      precision=cfg["precision"], n_devices=world.world_size,
-                     parallel={**deg, "strategy": strategy})
+                     parallel={**deg, "strategy": strategy},
+                     matmul_rows=cfg["micro_batch"] * cfg["seq_len"])
 
 
 def _parallelize(model: Any, cfg: Mapping[str, Any], world: World, deg: dict[str, int]
