@@ -277,8 +277,9 @@ def _guard_and_reference(device: str, options: Any, telemetry: Any, rows: int
     """The contention guard and drift reference of a trial on ``device``: on CPU the run-queue
     wait of the trial's threads and a :class:`~cubicml_lab.hardware.ReferenceWork` of ``rows``
     at the trial's thread count; on CUDA the throttle reasons :class:`GpuTelemetry` sees (no
-    reference: a CPU workload says nothing of a GPU's speed). No CPU guard when the trial's own threads
-    (all local ranks') outnumber its cores: their waiting is the config's, not the machine's."""
+    reference: a CPU workload says nothing of a GPU's speed). No CPU guard when the trial's own
+    threads (all local ranks') outnumber its cores: their waiting is the config's, not the
+    machine's."""
     import os
 
     import torch
