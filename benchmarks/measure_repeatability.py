@@ -3,7 +3,8 @@
 For each workload, a handful of configurations are measured ``--repeats`` times, each in a fresh
 interpreter (``cml.launch.Subprocess``), interleaved so that slow drifts of the machine hit every
 configuration alike. Every trial times its own drift reference (``metrics["reference_speed"]``,
-a fixed small MLP step between its windows) and runs under the contention guard and the
+a fixed small MLP step between its windows, with about as many rows as the trial's matmuls:
+``metrics["reference_rows"]``) and runs under the contention guard and the
 speed-state gate (once the machine's usual reference speed is known from 5 earlier trials, a
 window taken while the reference read more than ``--drift-tol`` off it is set aside and re-timed,
 for up to ``--drift-budget`` times ``--max-time-s`` seconds; ``--drift-tol 0`` turns the gate
