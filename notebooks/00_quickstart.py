@@ -109,21 +109,22 @@ print(f"best {best_config}: {best_value:,.0f} tokens/s, "
 
 # %% [markdown]
 # ## What we found
-# On the 2-core AMD EPYC VM this was last run on (5 runs of `cubicml-lab demo`, 12-13 trials each,
+# On the 2-core AMD EPYC VM this was last run on (5 runs of `cubicml-lab demo`, 12-14 trials each,
 # idle machine), the search found micro-batch 32, 2 heads, bf16 autocast, no recomputation, 2
-# threads in every run: 31,400-34,400 tokens/s, 1.50-1.69x the default configuration's
-# 20,300-22,600. Larger micro-batches amortise the per-step overhead of a small model; bf16
-# autocast was faster than fp32 (its bf16 matmuls measured 2.4x faster there); recomputation only
-# costs time when memory is not the constraint (micro-batch 32 with it: about 28,000); more heads
-# at the same width cost time (4 heads at micro-batch 32: about 28,700). Micro-batch 32 used to
-# run slower per token than 16: glibc handed the step's largest buffers (32 MiB of logits) back to
-# the kernel after every step and page-faulted them in again, until the trial process stopped it
-# from serving any block by `mmap` (`cubicml_lab.hardware.tune_cpu_allocator`, which each trial's
-# hardware record names as `cpu_malloc`). Starting from the workload's cost model (`demo_prior()`,
-# which prices an fp32 FLOP at this CPU's measured matmul rates), the GP ranked the trials with a
-# leave-one-out Kendall tau of 0.67 to 0.85 over the 5 runs (0.50 to 0.79 before the allocator
-# change). With so few trials, one pair ranked the wrong way moves tau by 0.03, and the
-# measurements themselves set a ceiling: the same configurations measured in the 5 campaigns rank
-# at 0.71-0.94 (mean 0.82) against each other, on a VM whose speed wandered (its reference
-# workload read 113 to 201 steps/s from trial to trial); on a steadier VM they agreed at
-# 0.91-1.00. Your numbers are in the table and figure above: measured on your machine, not copied.
+# threads in 4 of the 5 runs (the fifth picked the same with recomputation, within its noise):
+# 24,600-33,600 tokens/s, 1.52-2.05x the default configuration's 15,300-16,400 (an earlier,
+# faster VM gave 31,400-34,400 and 1.50-1.69x). Larger micro-batches amortise the per-step
+# overhead of a small model; bf16 autocast was faster than fp32 (its bf16 matmuls measured 2.4x
+# faster there); recomputation costs time when memory is not the constraint; more heads at the
+# same width cost time. Micro-batch 32 used to run slower per token than 16: glibc handed the
+# step's largest buffers (32 MiB of logits) back to the kernel after every step and page-faulted
+# them in again, until the trial process stopped it from serving any block by `mmap`
+# (`cubicml_lab.hardware.tune_cpu_allocator`, which each trial's hardware record names as
+# `cpu_malloc`). Starting from the workload's cost model (`demo_prior()`, which prices an fp32
+# FLOP at this CPU's measured matmul rates), the GP ranked the trials with a leave-one-out Kendall
+# tau of 0.59 to 0.88 over the 5 runs (mean 0.75). With so few trials, one pair ranked the wrong
+# way moves tau by 0.03, and the measurements set a ceiling: this VM's speed wandered by up to 2x
+# within seconds, and each trial's figure is corrected by a reference workload timed beside it,
+# sized to the trial's matmuls (`metrics["reference_rows"]`) and taken out in full; taking out
+# 70% of it, as before, 5 runs gave 0.51 to 0.73. On a steadier VM the same configurations
+# measured in different campaigns agreed at a tau of 0.91-1.00. Your numbers are in the table and figure above: measured on your machine, not copied.

@@ -250,7 +250,8 @@ def summarize(timing: Timing, units_per_step: float, flops_per_step: float,
         ``drift_corrected``, ``throughput_raw`` (units / median raw step time),
         ``throughput_corrected`` and ``step_time_corrected_s`` (NaN when not possible),
         ``throughput_rel`` (units per reference step: raw over ``reference_speed``, the full
-        ratio; NaN without a reference),
+        ratio; comparable between trials whose references have the same size,
+        ``metrics["reference_rows"]``; NaN without a reference),
         ``throughput_rel_ci`` (95% CI half-width of ``throughput`` over it: the windows' and,
         when corrected, the reference's), ``throughput_log_var`` (observed-noise variance of
         log ``throughput``, for a GP: ``(rel_ci / 1.96)**2 + REPEAT_LOG_SD**2``, at least
