@@ -84,7 +84,10 @@ class MeasureOptions:
     # windows set aside in 13 and 18 of 50 trials; 4.8 s per measurement, at most 21.9); without
     # it, on the same machine with the slow state in 19 of 50 trials, 6.0% (0 of 9), and 3.5-4.1%
     # in earlier runs (its ``max_time_s`` 10: 20 s of waiting at most; with 8 s, slow states
-    # outlasted the wait in 3 of 5 demo campaigns).
+    # outlasted the wait in 3 of 5 demo campaigns). On a VM whose speed wandered by up to 2x
+    # rather than switching between states, the gate waited its whole budget in most trials (demo
+    # campaigns 127-163 s, ~100 s without it) and still paid: 5 demo runs gave a leave-one-out
+    # tau of 0.59-0.88 and one best configuration in 4, without it 0.17-0.67 and 4 different ones.
     drift_tol: float = 0.08
     drift_budget: float = 2.0
 
