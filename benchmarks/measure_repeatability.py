@@ -36,6 +36,12 @@ Run (after ``cat /proc/loadavg``: the machine should be otherwise idle):
     .venv/bin/python benchmarks/measure_repeatability.py --quick          # 3 configs x 3, ~2 min
     .venv/bin/python benchmarks/measure_repeatability.py --env OMP_WAIT_POLICY=ACTIVE  # compare
     .venv/bin/python benchmarks/measure_repeatability.py --compare-wait --repeats 2  # ~5 min
+    python3 benchmarks/measure_repeatability.py --device cuda --repeats 3 --max-time-s 3  # GPU
+
+``--device cuda`` measures ``GPU_CONFIGS`` instead (steps of 5-80 ms on an H200), timed with CUDA
+events under the throttle guard, with no CPU reference (every drift column is NaN); on one H200,
+2026-11-26 (``benchmarks/gpu_check.sh``; rows in ``data/gpu_repeatability_h200.json``): spread
+0.2-2.0% across 3 fresh processes (median 0.7%), 12.1 s per measurement, none flagged.
 
 ``--compare-wait`` measures each workload's first configuration under several OpenMP wait
 settings, idle and beside one busy process per core (guard off), to see what each costs idle
@@ -73,6 +79,23 @@ CONFIGS = {
         {"batch_size": 4096, "interaction": "cat"},
         {"batch_size": 4096, "sparse_grads": True, "optimizer": "sgd"},
         {"batch_size": 8192, "num_tables": 16},
+    ],
+}
+
+#: ``--device cuda``: configurations whose steps take 10-100 ms on an H100/H200 class GPU (the
+#: CPU ones take a millisecond there, launch-bound).
+_GPU_GPT = {"d_model": 1024, "n_layers": 8, "n_heads": 16, "seq_len": 1024, "vocab": 32768}
+GPU_CONFIGS = {
+    "gpt": [
+        {**_GPU_GPT, "micro_batch": 16, "precision": "bf16"},
+        {**_GPU_GPT, "micro_batch": 16, "precision": "bf16", "recompute": "full"},
+        {**_GPU_GPT, "micro_batch": 4, "precision": "fp32"},
+        {**_GPU_GPT, "micro_batch": 32, "precision": "bf16", "fused_optimizer": True},
+        {**_GPU_GPT, "d_model": 2048, "micro_batch": 8, "precision": "bf16"},
+    ],
+    "dlrm": [
+        {"batch_size": 65536},
+        {"batch_size": 131072, "interaction": "cat"},
     ],
 }
 
@@ -144,10 +167,11 @@ def measure_all(names: list[str], configs: dict[str, list[dict[str, Any]]], args
             timer = threading.Timer(2.0, load.start)  # mid-measurement
             timer.start()
         t0, started = time.perf_counter(), time.time()
-        res = cml.measure(name, configs[name][i], launcher=launcher,
+        res = cml.measure(name, configs[name][i], launcher=launcher, device=args.device,
                           measure_options=measure_options(args))
-        m = res.metrics
-        rows.append({"workload": name, "config": i, "repeat": r, "status": res.status,
+        m, hw = res.metrics, res.hardware
+        rows.append({"workload": name, "config": i, "knobs": configs[name][i], "repeat": r,
+                     "status": res.status,
                      "secs": time.perf_counter() - t0, "started": started, "ended": time.time(),
                      **{k: m.get(k, math.nan) for k in (
                          "step_time_s", "throughput", "throughput_raw", "throughput_rel",
@@ -155,7 +179,11 @@ def measure_all(names: list[str], configs: dict[str, list[dict[str, Any]]], args
                          "reference_speed", "drift_corrected",
                          "contended", "contended_windows", "cpu_wait", "others_cpu",
                          "throughput_log_var", "reference_usual", "offstate_windows",
-                         "drift_gated")}})
+                         "drift_gated")},
+                     **{k: hw.get(k, math.nan) for k in (
+                         "gpu_sm_clock_mhz_min", "gpu_sm_clock_mhz_median", "gpu_power_w_median",
+                         "gpu_temperature_c_max", "gpu_samples")},
+                     "gpu_throttle_reasons": hw.get("gpu_throttle_reasons")})
         print(f"  {name} config {i} repeat {r}: {res.status} "
               f"{1e3 * m.get('step_time_s', math.nan):.1f} ms, contended "
               f"{m.get('contended', math.nan):.0f} ({m.get('contended_windows', math.nan):.0f} "
@@ -163,7 +191,13 @@ def measure_all(names: list[str], configs: dict[str, list[dict[str, Any]]], args
               f"{m.get('reference_speed', math.nan):.0f}"
               f" (usual {m.get('reference_usual', math.nan):.0f}, "
               f"{m.get('offstate_windows', math.nan):.0f} windows set aside); "
-              f"load {os.getloadavg()[0]:.2f}",
+              f"load {os.getloadavg()[0]:.2f}"
+              + (f"; GPU {hw.get('gpu_samples', 0)} samples, SM clock "
+                 f"{hw.get('gpu_sm_clock_mhz_min', math.nan):.0f}-"
+                 f"{hw.get('gpu_sm_clock_mhz_max', math.nan):.0f} MHz, "
+                 f"{hw.get('gpu_power_w_median', math.nan):.0f} W, "
+                 f"{hw.get('gpu_temperature_c_max', math.nan):.0f} C, reasons "
+                 f"{hw.get('gpu_throttle_reasons')}" if args.device != "cpu" else ""),
               file=sys.stderr, flush=True)
     if timer is not None:
         timer.join()
@@ -351,6 +385,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--workloads", nargs="*", default=None)
+    parser.add_argument("--device", default="cpu",
+                        help="cpu, or cuda / cuda:N: the GPU configurations (GPU_CONFIGS), "
+                             "timed with CUDA events under the throttle guard, no CPU reference")
     parser.add_argument("--max-time-s", type=float, default=10.0,
                         help="timed-phase budget per measurement (MeasureOptions.max_time_s)")
     parser.add_argument("--target-rel-ci", type=float, default=None,
@@ -376,16 +413,18 @@ def main() -> None:
                         help="compare OpenMP wait settings, idle and beside a busy process per "
                              "core, instead (first config of each workload)")
     args = parser.parse_args()
-    configs = {k: v[:3] for k, v in CONFIGS.items()} if args.quick else CONFIGS
+    table = GPU_CONFIGS if args.device.startswith("cuda") else CONFIGS
+    configs = {k: v[:3] for k, v in table.items()} if args.quick else table
     if args.quick:
         args.repeats = min(args.repeats, 3)
     known = set(cml.workloads.names())
     names = args.workloads or [w for w in configs if w in known]
     from cubicml_lab.timing import hardware_info
 
-    hw = hardware_info("cpu")
+    hw = hardware_info(args.device)
     cores = len(os.sched_getaffinity(0))
-    print(f"{hw['cpu_model']} ({hw['cpu_count']} CPUs), torch {hw['torch_version']}; "
+    print(f"{hw.get('gpu_name', '')} {hw['cpu_model']} ({hw['cpu_count']} CPUs), torch "
+          f"{hw['torch_version']}; "
           f"{args.repeats} repeats per config, fresh process each, interleaved, "
           f"measure options {measure_options(args)}, env {args.env or 'default'}; "
           f"load average at start "

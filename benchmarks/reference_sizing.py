@@ -7,7 +7,13 @@ size of :class:`~cubicml_lab.hardware.ReferenceWork` is taken, so every referenc
 same moments of the machine as the windows. Per configuration it prints the spread across the
 processes ((max - min) / median) of the raw throughput (median window) and of the throughput
 over each reference's speed (median of window-by-window ratios), and marks the size
-:func:`~cubicml_lab.hardware.reference_rows` picks for the trial (``*``). A reference that
+:func:`~cubicml_lab.hardware.reference_rows` picks for the trial (``*``). For the picked size it
+then sets that paired estimator beside the ratio of medians (median window over median reference
+sample, over all samples, and over every 5th one, about as sparse as a trial's 10% share).
+On the 2-core VM, 2026-11-26 03:51 UTC (raw spreads 28.3, 2.5, 18.9, 5.2%), the three were alike:
+paired 6.1, 1.4, 6.7, 1.9%; ratio of medians 6.2, 1.2, 6.0, 1.7%; every 5th sample 6.2, 0.5, 5.4,
+1.9%. Trials keep the ratio of medians (``timing.summarize``): pairing windows with their own
+samples gains nothing here. A reference that
 follows the trial leaves a small spread; the raw spread is what the machine's drift did.
 
 Run (idle machine; ~6 min):
@@ -96,7 +102,8 @@ def main() -> None:
                                  capture_output=True, text=True, check=True)
             runs[i].append(json.loads(out.stdout.strip().splitlines()[-1]))
     head = "  ".join(f"/{r:>5}" for r in REFERENCE_ROWS)
-    print(f"{'config':58s} rows    raw  {head}   (spread across processes; * reference_rows())")
+    print(f"{'config':58s} rows    raw  {head}   (spread across processes; * reference_rows())"
+          "   picked size: paired | ratio of medians, all samples | every 5th sample")
     for i, config in enumerate(CONFIGS):
         rs = runs[i]
         raw = [r["units"] / statistics.median(r["windows"]) for r in rs]
@@ -106,8 +113,16 @@ def main() -> None:
                    for r in rs]
             mark = "*" if rows == reference_rows(rs[0]["rows"]) else " "
             cells.append(f"{100 * spread(rel):5.1f}%{mark}")
+        picked = str(reference_rows(rs[0]["rows"]))
+        ratio_all = [statistics.median(r["windows"]) / statistics.median(r["samples"][picked])
+                     for r in rs]
+        ratio_5th = [statistics.median(r["windows"]) / statistics.median(r["samples"][picked][::5])
+                     for r in rs]
+        paired = [statistics.median([w / s for w, s in zip(r["windows"], r["samples"][picked])])
+                  for r in rs]
         print(f"{json.dumps(config):58s} {rs[0]['rows']:5d} {100 * spread(raw):5.1f}%  "
-              + " ".join(cells))
+              + " ".join(cells) + f"   {100 * spread(paired):5.1f}% | "
+              f"{100 * spread(ratio_all):5.1f}% | {100 * spread(ratio_5th):5.1f}%")
 
 
 if __name__ == "__main__":

@@ -141,6 +141,26 @@ def test_seed_fixes_weights_and_data_and_leaves_the_global_rng_alone() -> None:
     assert torch.equal(torch.random.get_rng_state(), state)
 
 
+def test_seeded_on_makes_modules_on_the_device_and_restores_the_rng() -> None:
+    """Weights are created where they will live (on a GPU they never pass through host memory):
+    torch's meta device stands in for one here, as it is no CPU."""
+    import torch
+
+    from cubicml_lab.workloads.base import seeded_on
+
+    state = torch.random.get_rng_state()
+    with seeded_on("meta", 3):
+        meta = torch.nn.Linear(4, 4)
+    with seeded_on("cpu", 3):
+        a = torch.nn.Linear(4, 4)
+    with seeded_on("cpu", 3):
+        b = torch.nn.Linear(4, 4)
+    assert meta.weight.device.type == "meta" and a.weight.device.type == "cpu"
+    assert torch.equal(a.weight, b.weight)
+    assert torch.equal(torch.random.get_rng_state(), state)
+    assert torch.empty(1).device.type == "cpu", "the default device is restored"
+
+
 def test_flop_formula_matches_flop_counter_mode() -> None:
     """Forward + backward of one micro-batch, fp32, no recompute, counted by torch itself.
 

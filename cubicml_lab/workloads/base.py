@@ -9,9 +9,10 @@ optimizer step. Nothing here imports torch.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -20,9 +21,29 @@ from ..errors import ConfigError
 if TYPE_CHECKING:
     from .parallel import World
 
-__all__ = ["Built", "Knob", "Workload"]
+__all__ = ["Built", "Knob", "Workload", "seeded_on"]
 
 _TYPE_NAMES = {bool: "bool", int: "int", float: "float", str: "str"}
+
+
+@contextlib.contextmanager
+def seeded_on(device: Any, seed: int) -> Iterator[None]:
+    """Modules made inside are created directly on ``device`` (torch's default-device context),
+    their weights drawn from ``seed``; every global RNG is as it was afterwards.
+
+    On a GPU the weights never pass through host memory: a model larger than the host's RAM can be
+    built, and one larger than the GPU's memory fails with CUDA's out-of-memory error at once (a
+    trial with status ``oom``) instead of filling the host first. The same seed gives the same
+    weights on every device of one kind (CPU and CUDA draw from different generators).
+    """
+    import torch
+
+    dev = torch.device(device)
+    cuda = [dev.index if dev.index is not None else torch.cuda.current_device()] \
+        if dev.type == "cuda" else []
+    with torch.random.fork_rng(devices=cuda), dev:
+        torch.manual_seed(seed)
+        yield
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -43,7 +43,7 @@ from functools import lru_cache
 from typing import Any
 
 from ..errors import ConfigError
-from .base import Built, Knob, Workload
+from .base import Built, Knob, Workload, seeded_on
 from .parallel import World
 
 __all__ = ["FLOPS_CONVENTION", "KNOBS", "DLRMWorkload", "cost_terms", "flops_per_step",
@@ -194,17 +194,16 @@ def _classes() -> tuple[type, type, type]:
 
 
 def _tables(cfg: Mapping[str, Any], ids: list[int], device: Any) -> Any:
-    """The embedding tables ``ids``, each seeded by its own id (same weights wherever it lives)."""
-    import torch
+    """The embedding tables ``ids``, each seeded by its own id (same weights on whichever rank
+    holds it), made on ``device``."""
     from torch import nn
 
     tables = nn.ModuleList()
     for t in ids:
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(cfg["seed"] * 100_003 + t)
+        with seeded_on(device, cfg["seed"] * 100_003 + t):
             tables.append(nn.EmbeddingBag(cfg["rows"], cfg["emb_dim"], mode="sum",
                                           sparse=cfg["sparse_grads"]))
-    return tables.to(device)
+    return tables
 
 
 class DLRMWorkload(Workload):
@@ -246,9 +245,8 @@ class DLRMWorkload(Workload):
         owners = [t % w if sharded else world.rank for t in range(n_tab)]
         mine = [t for t in range(n_tab) if owners[t] == world.rank]
         tables = _tables(cfg, mine, dev)
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(cfg["seed"])
-            dense = dense_cls(cfg).to(dev)
+        with seeded_on(dev, cfg["seed"]):
+            dense = dense_cls(cfg)
         n_params = (sum(p.numel() for p in dense.parameters())
                     + n_tab * cfg["rows"] * cfg["emb_dim"])
         model = dense if sharded else replicated_cls(tables, dense)

@@ -42,7 +42,7 @@ from functools import lru_cache
 from typing import Any
 
 from ..errors import ConfigError
-from .base import Built, Knob, Workload
+from .base import Built, Knob, Workload, seeded_on
 from .parallel import DEGREE_NAMES, World, resolve_degrees
 
 __all__ = ["FLOPS_CONVENTION", "GPT", "KNOBS", "GPTWorkload", "cost_terms", "flops_per_step"]
@@ -332,10 +332,9 @@ class GPTWorkload(Workload):
         deg = resolve_degrees(cfg, world.world_size)
         dp_size = deg["dp_replicate"] * deg["dp_shard"]
         dev = torch.device(device)
-        with torch.random.fork_rng(devices=[]):  # seed the weights without touching global RNG
-            torch.manual_seed(cfg["seed"])
+        with seeded_on(dev, cfg["seed"]):
             model = GPT(cfg)
-        model.to(dev).train()
+        model.train()
         n_params = sum(p.numel() for p in model.parameters())
         if cfg["compile"]:
             for block in model.blocks:
