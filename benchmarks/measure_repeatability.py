@@ -179,7 +179,8 @@ def measure_all(names: list[str], configs: dict[str, list[dict[str, Any]]], args
                          "reference_speed", "drift_corrected",
                          "contended", "contended_windows", "cpu_wait", "others_cpu",
                          "throughput_log_var", "reference_usual", "offstate_windows",
-                         "drift_gated")},
+                         "drift_gated", "reference_samples", "throughput_rel_ci",
+                         "target_met")},
                      **{k: hw.get(k, math.nan) for k in (
                          "gpu_sm_clock_mhz_min", "gpu_sm_clock_mhz_median", "gpu_power_w_median",
                          "gpu_temperature_c_max", "gpu_samples")},

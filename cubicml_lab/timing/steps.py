@@ -77,6 +77,14 @@ class MeasureOptions:
     max_cpu_wait: float = MAX_CPU_WAIT
     contended_budget: float = 0.5
     reference_share: float = 0.10
+    # Tried and not kept (2026-11-26, 2-core VM): stopping on the stored figure's CI (the
+    # windows' combined with the reference median's) and sampling the reference after every
+    # window while its CI was the larger part. Interleaved with this rule in 4 fresh-process
+    # repeats of the 10 configs of ``benchmarks/measure_repeatability.py``: twice the reference
+    # samples (median 67 against 33), stored CI median 1.9% against 2.6%, but the spread across
+    # repeats did not shrink (median 5.2% against 4.8%, 2 of 10 configs within 3% against 3) and
+    # a measurement took 19.2 s against 13.4 s. What moves a figure between processes is not the
+    # reference median's sampling noise.
     # The speed-state gate, measured on a 2-core VM whose reference step ran at about 255 steps/s
     # and for seconds to minutes at about 200 or 280 (another tenant, unseen): with it,
     # ``benchmarks/measure_repeatability.py`` (10 configs x 5 fresh processes) gave a median

@@ -1,0 +1,124 @@
+"""A/B of the measurement code of two revisions, interleaved, on the same machine at the same time.
+
+On a machine whose speed wanders, two runs of ``measure_repeatability.py`` one after the other
+compare the machine's two moods, not the two versions (on a 2-core VM, 2026-11-26: the same code
+spread 3.0% at 04:09 and 6.8% at 04:19). This measures each (repeat, configuration) once with the
+code of ``--base`` (a git revision, checked out into a temporary worktree) and once with the
+working tree, in fresh processes, alternating which goes first, so that drift hits both alike.
+Per arm it prints the spread of the stored figure (``throughput``) across repeats ((max - min) /
+median) of each configuration, its median, how many configurations stay within 3%, seconds per
+measurement, the stored CI (``throughput_rel_ci``) and the reference samples per trial.
+
+The base arm's trials run under this interpreter with the base tree first on ``sys.path`` (a
+small shim in the temporary folder); both arms share the reference cache, as two versions on one
+machine would.
+
+Run (idle machine; ~17 min for 4 repeats of the 10 configurations):
+    .venv/bin/python benchmarks/ab_revisions.py --base HEAD --repeats 4
+    .venv/bin/python benchmarks/ab_revisions.py --base HEAD~3 --workloads gpt --repeats 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import cubicml_lab as cml
+
+sys.path.insert(0, str(Path(__file__).parent))
+from measure_repeatability import CONFIGS, rel_spread  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+
+_SHIM = """import runpy, sys
+sys.meta_path[:] = [f for f in sys.meta_path if "editable" not in repr(f).lower()]
+sys.path.insert(0, {tree!r})
+assert sys.argv[1] == "-m", sys.argv
+module = sys.argv[2]
+sys.argv = [module] + sys.argv[3:]
+runpy.run_module(module, run_name="__main__", alter_sys=True)
+"""
+
+
+def base_interpreter(rev: str, folder: Path) -> str:
+    """A worktree of ``rev`` in ``folder`` and an executable that runs ``python -m MODULE`` with
+    that tree's ``cubicml_lab`` (not the installed one); returns the executable's path."""
+    tree = folder / "tree"
+    subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(tree), rev],
+                   check=True, capture_output=True)
+    shim = folder / "shim.py"
+    shim.write_text(_SHIM.format(tree=str(tree)))
+    exe = folder / "python"
+    exe.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{shim}" "$@"\n')
+    exe.chmod(0o755)
+    return str(exe)
+
+
+def report(rows: list[dict], arm: str, configs: dict[str, list[dict]]) -> str:
+    """One line: the arm's spreads per configuration and what a measurement cost."""
+    spreads = []
+    for name, cfgs in configs.items():
+        for i in range(len(cfgs)):
+            ok = [x["throughput"] for x in rows if x["arm"] == arm and x["workload"] == name
+                  and x["config"] == i and x["status"] == "ok" and not x["contended"]]
+            spreads.append(rel_spread(ok))
+    mine = [x for x in rows if x["arm"] == arm]
+    finite = [s for s in spreads if math.isfinite(s)]
+    return (f"{arm:>4}: spread per config {' '.join(f'{100 * s:.1f}' for s in spreads)}; "
+            f"median {100 * statistics.median(finite):.1f}%, within 3%: "
+            f"{sum(s <= 0.03 for s in finite)}/{len(spreads)}; "
+            f"{statistics.mean(x['secs'] for x in mine):.1f} s per measurement (max "
+            f"{max(x['secs'] for x in mine):.1f}); stored CI median "
+            f"{100 * statistics.median(x['throughput_rel_ci'] for x in mine):.1f}%; reference "
+            f"samples median {statistics.median(x['reference_samples'] for x in mine):.0f}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--base", default="HEAD", help="git revision of the base arm")
+    parser.add_argument("--repeats", type=int, default=4)
+    parser.add_argument("--max-time-s", type=float, default=10.0)
+    parser.add_argument("--workloads", nargs="*", default=list(CONFIGS))
+    args = parser.parse_args()
+    configs = {k: CONFIGS[k] for k in args.workloads}
+    options = {"max_time_s": args.max_time_s}
+    with tempfile.TemporaryDirectory(prefix="cubicml-ab-") as tmp:
+        arms = {"base": cml.launch.Subprocess(timeout_s=300,
+                                              python=base_interpreter(args.base, Path(tmp))),
+                "work": cml.launch.Subprocess(timeout_s=300)}
+        print(f"base {args.base} against the working tree; {args.repeats} repeats, measure "
+              f"options {options}; load average {open('/proc/loadavg').read().split()[:3]}; "
+              f"{time.strftime('%H:%M UTC', time.gmtime())}", flush=True)
+        rows = []
+        try:
+            for r in range(args.repeats):
+                for name, cfgs in configs.items():
+                    for i, cfg in enumerate(cfgs):
+                        for arm in (("base", "work") if (r + i) % 2 == 0 else ("work", "base")):
+                            t0 = time.perf_counter()
+                            res = cml.measure(name, cfg, launcher=arms[arm],
+                                              measure_options=options)
+                            m = res.metrics
+                            rows.append({"arm": arm, "workload": name, "config": i,
+                                         "status": res.status, "secs": time.perf_counter() - t0,
+                                         **{k: m.get(k, math.nan) for k in (
+                                             "throughput", "throughput_rel_ci",
+                                             "reference_samples", "contended")}})
+                            print(f"  {arm} {name} {i} repeat {r}: {res.status} "
+                                  f"{m.get('throughput', math.nan):.0f}/s, "
+                                  f"{rows[-1]['secs']:.1f} s", file=sys.stderr, flush=True)
+        finally:
+            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force",
+                            str(Path(tmp) / "tree")], check=False, capture_output=True)
+        for arm in arms:
+            print(report(rows, arm, configs))
+
+
+if __name__ == "__main__":
+    main()
