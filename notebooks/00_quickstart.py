@@ -127,4 +127,8 @@ print(f"best {best_config}: {best_value:,.0f} tokens/s, "
 # within seconds, and each trial's figure is corrected by a reference workload timed beside it,
 # sized to the trial's matmuls (`metrics["reference_rows"]`) and taken out in full; taking out
 # 70% of it, as before, 5 runs gave 0.51 to 0.73. On a steadier VM the same configurations
-# measured in different campaigns agreed at a tau of 0.91-1.00. Your numbers are in the table and figure above: measured on your machine, not copied.
+# measured in different campaigns agreed at a tau of 0.91-1.00. On a calmer day of the same VM
+# (2026-11-26, its reference speed steady within a few percent), 5 runs gave a tau of 0.76 to 0.94
+# (0.879, 0.758, 0.879, 0.848, 0.939), the same configuration in all 5 (25,500-25,800 tokens/s,
+# 1.58-1.61x), in 71-90 s each: what limits the ranking is how steady the machine is.
+# Your numbers are in the table and figure above: measured on your machine, not copied.
