@@ -82,8 +82,8 @@ CONFIGS = {
     ],
 }
 
-#: ``--device cuda``: configurations whose steps take 10-100 ms on an H100/H200 class GPU (the
-#: CPU ones take a millisecond there, launch-bound).
+#: ``--device cuda``: configurations whose steps take 5-80 ms on an H200 (the CPU ones take a few
+#: milliseconds there, launch-bound).
 _GPU_GPT = {"d_model": 1024, "n_layers": 8, "n_heads": 16, "seq_len": 1024, "vocab": 32768}
 GPU_CONFIGS = {
     "gpt": [

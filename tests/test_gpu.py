@@ -77,9 +77,9 @@ def test_dlrm_on_cuda_runs(torch) -> None:
 def test_cuda_out_of_memory_is_oom_with_the_memory_figures(torch) -> None:
     total = torch.cuda.get_device_properties(0).total_memory / 2**30
     # fp32 weights + Adam state of 64 layers at d_model 8192: about 64 * 12 * 8192^2 * 16 bytes,
-    # weights alone 206 GB. They are made on the GPU (workloads.base.seeded_on), so CUDA runs out
-    # at once; made on the host first, as before, they filled the host's memory and never reached
-    # the GPU (an H200 machine with 128 GiB of RAM, 2026-11-26: still building after 100 s).
+    # weights alone 206 GB. They are made on the GPU (workloads.base.seeded_on), so CUDA should run
+    # out at once. Made on the host first, as before, this test gave no answer within 100 s on an
+    # H200 machine with 128 GiB of RAM (2026-11-26); the new way is not yet run on a GPU.
     res = measure("gpt", {"d_model": 8192, "n_layers": 64, "n_heads": 64, "seq_len": 128,
                           "micro_batch": 1}, device="cuda", launcher=Subprocess(timeout_s=600))
     print(f"\noom on a {total:.0f} GiB device: {res.error.splitlines()[0]}", res.metrics)

@@ -32,8 +32,9 @@ def seeded_on(device: Any, seed: int) -> Iterator[None]:
     their weights drawn from ``seed``; every global RNG is as it was afterwards.
 
     On a GPU the weights never pass through host memory: a model larger than the host's RAM can be
-    built, and one larger than the GPU's memory fails with CUDA's out-of-memory error at once (a
-    trial with status ``oom``) instead of filling the host first. The same seed gives the same
+    built, and one larger than the GPU's memory should fail with CUDA's out-of-memory error at
+    once (a trial with status ``oom``) instead of filling the host first (not yet run on a GPU:
+    ``tests/test_gpu.py``'s out-of-memory test checks it there). The same seed gives the same
     weights on every device of one kind (CPU and CUDA draw from different generators).
     """
     import torch
