@@ -13,15 +13,22 @@ The base arm's trials run under this interpreter with the base tree first on ``s
 small shim in the temporary folder); both arms share the reference cache, as two versions on one
 machine would.
 
+``--work-env KEY=VALUE`` (repeatable) adds to the working tree arm's environment: with ``--base
+HEAD`` and a clean tree, an A/B of a process setting (an allocator's, OpenMP's). Its reference
+may then run at another speed, so each arm gets its own copy of the reference cache.
+
 Run (idle machine; ~17 min for 4 repeats of the 10 configurations):
     .venv/bin/python benchmarks/ab_revisions.py --base HEAD --repeats 4
     .venv/bin/python benchmarks/ab_revisions.py --base HEAD~3 --workloads gpt --repeats 3
+    .venv/bin/python benchmarks/ab_revisions.py --work-env GLIBC_TUNABLES=glibc.malloc.hugetlb=1
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -44,6 +51,11 @@ module = sys.argv[2]
 sys.argv = [module] + sys.argv[3:]
 runpy.run_module(module, run_name="__main__", alter_sys=True)
 """
+
+
+def cache_dir() -> Path:
+    """This machine's cubicml_lab cache folder (where the reference's usual speed is kept)."""
+    return Path(os.environ.get("CUBICML_LAB_CACHE_DIR") or Path.home() / ".cache" / "cubicml_lab")
 
 
 def base_interpreter(rev: str, folder: Path) -> str:
@@ -85,14 +97,23 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=4)
     parser.add_argument("--max-time-s", type=float, default=10.0)
     parser.add_argument("--workloads", nargs="*", default=list(CONFIGS))
+    parser.add_argument("--work-env", action="append", default=[], metavar="KEY=VALUE",
+                        help="add to the working tree arm's environment (repeatable)")
     args = parser.parse_args()
     configs = {k: CONFIGS[k] for k in args.workloads}
     options = {"max_time_s": args.max_time_s}
     with tempfile.TemporaryDirectory(prefix="cubicml-ab-") as tmp:
-        arms = {"base": cml.launch.Subprocess(timeout_s=300,
+        envs: dict[str, dict[str, str]] = {"base": {}, "work": {}}
+        if args.work_env:
+            envs["work"] = dict(kv.split("=", 1) for kv in args.work_env)
+            for arm, env in envs.items():  # own reference cache each, seeded with the machine's
+                env["CUBICML_LAB_CACHE_DIR"] = str(Path(tmp) / f"cache-{arm}")
+                shutil.copytree(cache_dir(), env["CUBICML_LAB_CACHE_DIR"], dirs_exist_ok=True)
+        arms = {"base": cml.launch.Subprocess(timeout_s=300, env=envs["base"],
                                               python=base_interpreter(args.base, Path(tmp))),
-                "work": cml.launch.Subprocess(timeout_s=300)}
-        print(f"base {args.base} against the working tree; {args.repeats} repeats, measure "
+                "work": cml.launch.Subprocess(timeout_s=300, env=envs["work"])}
+        print(f"base {args.base} against the working tree {args.work_env or ''}; "
+              f"{args.repeats} repeats, measure "
               f"options {options}; load average {open('/proc/loadavg').read().split()[:3]}; "
               f"{time.strftime('%H:%M UTC', time.gmtime())}", flush=True)
         rows = []
