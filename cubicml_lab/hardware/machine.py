@@ -107,6 +107,12 @@ def tune_cpu_allocator() -> str:
     not count in the next one's peak); it applies to the whole process (for an in-process trial, the
     caller's). Set ``CUBICML_LAB_MALLOC=default`` to leave malloc alone.
 
+    Tried and not kept (2026-11-26, 2-core VM, transparent huge pages in ``madvise`` mode): glibc's
+    ``GLIBC_TUNABLES=glibc.malloc.hugetlb=1`` in the trial's environment gave a trial 160-230 MiB
+    of huge pages (none without it), but in an interleaved A/B (``benchmarks/ab_revisions.py
+    --work-env``, 10 configurations x 4 fresh processes) throughput moved by -3% to +4% per
+    configuration and the spread across processes not at all (median 4.9% against 4.7%).
+
     Returns:
         What the trial ran with, for the hardware record: ``"glibc mmap=off
         trim_threshold=2GiB"``, or ``"default"`` (opted out, not Linux/glibc, or refused).

@@ -209,6 +209,13 @@ def set_thread_waiting(env: dict[str, str] | None = None) -> dict[str, str]:
     others take. A variable already set in ``env``
     (default ``os.environ``: e.g. ``Subprocess(env={"OMP_WAIT_POLICY": "ACTIVE"})``) is left
     alone, and so is everything when ``OMP_WAIT_POLICY`` is set.
+
+    Thread pinning (``OMP_PROC_BIND=true``: each OpenMP thread bound to one core) was tried and
+    is not set (2026-11-26, 2-core VM, interleaved A/B of 10 configurations x 4 fresh processes,
+    ``benchmarks/ab_revisions.py --work-env OMP_PROC_BIND=true``): throughput 0-2% lower, the
+    spread across processes a median 3.7% against 4.5% unpinned but 4 of 10 configurations within
+    3% either way, some better and some worse. A pinned thread also cannot move off a core that
+    another process takes (not measured under load here).
     """
     env = os.environ if env is None else env
     if "OMP_WAIT_POLICY" in env:
