@@ -7,8 +7,8 @@ a fixed small MLP step between its windows, with about as many rows as the trial
 ``metrics["reference_rows"]``) and runs under the contention guard and the
 speed-state gate (once the machine's usual reference speed is known from 5 earlier trials, a
 window taken while the reference read more than ``--drift-tol`` off it is set aside and re-timed,
-for up to ``--drift-budget`` times ``--max-time-s`` seconds; ``--drift-tol 0`` turns the gate
-off). The stored
+until the timed phase has lasted ``--drift-budget`` times ``--max-time-s`` seconds; ``--drift-tol
+0`` turns the gate off). The stored
 ``throughput`` is the drift-corrected figure ``throughput_corrected`` (``throughput_raw`` times
 (the machine's nominal reference speed over the trial's) ** ``DRIFT_EXPONENT``), as
 ``DRIFT_CORRECTED_DEFAULT`` says: it spread less across repeats than the raw one here.

@@ -361,6 +361,20 @@ def test_windows_off_the_usual_speed_are_set_aside_and_retimed() -> None:
     assert summarize(t, 100, 1e6, None)["drift_gated"] == 0.0
 
 
+def test_the_gate_waits_within_one_budget_for_the_whole_timed_phase() -> None:
+    # usual for the first ~12 windows of 50 ms (0.6 s), then slow for good: the kept windows
+    # count against the wait, so the timed phase ends near drift_budget * max_time_s (1.0 s),
+    # not 0.6 s of kept windows plus 1.0 s of set-aside ones
+    opts = MeasureOptions(target_rel_ci=1e-9, max_steps=10_000, window_min_s=0.05,
+                          max_time_s=1.0, drift_tol=0.08, drift_budget=1.0)
+    machine = SpeedStates(lambda i: i > 13)
+    t = time_steps(machine.step, options=opts, reference=machine.reference,
+                   reference_usual=0.001)
+    phase = t.elapsed_s - sum(t.warmup_step_times_s)
+    assert t.offstate_windows >= 3 and not t.drift_gated
+    assert 0.9 < phase < 1.4, phase
+
+
 def test_timing_stops_waiting_for_the_usual_speed_after_its_budget() -> None:
     opts = MeasureOptions(target_rel_ci=1e-9, min_steps=10, max_steps=10, window_min_s=0.0,
                           max_time_s=5.0, drift_tol=0.08, drift_budget=0.02)

@@ -18,8 +18,9 @@ returns, :class:`~cubicml_lab.trials.TrialResult`, lives in :mod:`cubicml_lab.tr
   between the windows gives the machine's speed at that moment (``reference_speed``).
 * Speed-state gate: given the machine's usual reference speed
   (:func:`~cubicml_lab.hardware.reference_usual`, from earlier trials), a window timed while the
-  reference read more than ``drift_tol`` off it is set aside and re-timed, for up to
-  ``drift_budget * max_time_s`` seconds (``offstate_windows``, ``drift_gated`` in the metrics).
+  reference read more than ``drift_tol`` off it is set aside and re-timed, until the timed phase
+  has lasted ``drift_budget * max_time_s`` seconds (``offstate_windows``, ``drift_gated`` in the
+  metrics).
 * :func:`summarize` turns a :class:`Timing` into metrics: ``step_time_s`` (median), its relative
   spread and CI, ``throughput`` (units/s; drift-corrected by default), ``throughput_raw``,
   ``throughput_corrected`` (drift-corrected) and ``throughput_rel`` (over the reference),

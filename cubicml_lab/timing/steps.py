@@ -59,9 +59,10 @@ class MeasureOptions:
             from it (``|log(speed / usual)|``) ran while the machine was in another speed
             state; it is set aside and re-timed, and the reference is then sampled after every
             window. 0: keep every window (drift correction only).
-        drift_budget: Seconds of set-aside windows (and their reference samples), as a
-            multiple of ``max_time_s``, after which timing stops waiting for the usual speed
-            and keeps every window.
+        drift_budget: Seconds the timed phase may last while the gate waits, as a multiple of
+            ``max_time_s``: once its windows (kept, set aside or contended) and reference
+            samples add up to more, timing stops waiting for the usual speed and keeps every
+            window, so that a measurement on a machine that does not come back stays bounded.
     """
 
     target_rel_ci: float = 0.02
@@ -273,6 +274,7 @@ class _Windows:
         self.figures: list[dict[str, float]] = []
         self.refs: list[float] = []
         self.steps, self.timed_s, self.dirty_s, self.ref_s = 0, 0.0, 0.0, 0.0
+        self.phase_s = 0.0  # every window and reference sample so far (what the gate may last)
         # drift gate: the usual reference step time (agreed by all ranks), and what was set aside
         usual = agree(usual or 0.0) if reference is not None and o.reference_share > 0 else 0.0
         self.usual = usual if usual > 0 and o.drift_tol > 0 else None
@@ -306,6 +308,7 @@ class _Windows:
         contended, per_step = self.guarded(self.reference, record=False)
         spent = self.agree(time.perf_counter() - t0)  # ranks decide alike on agreed time
         self.ref_s += spent
+        self.phase_s += spent
         if contended:
             self.dirty_s += spent
             self.last_ref = None
@@ -333,6 +336,7 @@ class _Windows:
         gc.collect(1)
         before = self.last_ref
         contended, window_s = self.guarded(run)
+        self.phase_s += window_s
         if contended:
             self.dirty.append(window_s / n)
             self.dirty_s += window_s
@@ -343,7 +347,7 @@ class _Windows:
             if any(self.off_state(r) for r in sides):
                 self.off.append((window_s / n, n, window_s))
                 self.off_s += window_s + spent
-                if self.off_s > self.o.drift_budget * self.o.max_time_s:
+                if self.phase_s > self.o.drift_budget * self.o.max_time_s:
                     self.stop_gating()
                 return
         self.times.append(window_s / n)
@@ -405,8 +409,9 @@ def time_steps(step: Callable[[], Any], *, sync: Callable[[], None] | None = Non
     reference step time the machine usually has (``reference_usual``, e.g. from
     :func:`~cubicml_lab.hardware.reference_usual`; and ``options.drift_tol > 0``), the reference
     is sampled after every window, and a window next to a sample further than ``drift_tol`` from
-    it is set aside and re-timed, as a contended one is; after ``drift_budget * max_time_s``
-    seconds of set-aside windows timing stops waiting and keeps them all. The figure then comes
+    it is set aside and re-timed, as a contended one is; once the timed phase (every window and
+    reference sample) has lasted ``drift_budget * max_time_s`` seconds, timing stops waiting and
+    keeps them all. The figure then comes
     from windows at the usual speed (``Timing.drift_gated``) and the drift correction from the
     reference samples taken at it.
 
