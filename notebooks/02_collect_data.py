@@ -172,7 +172,8 @@ store.close()
 # feel a switch unequally, so the correction cannot take it all out. Now windows timed while the
 # reference reads off the machine's usual speed are set aside and re-timed (`offstate_windows`
 # in the metrics): 5 repeats of those 10 configurations then spread by a median 2.2-2.3%, in three
-# runs. bf16 was 1.55x faster than fp32 at micro-batch 16 on
+# runs; on a day the VM wandered more (2026-11-26), 4 repeats spread by 3.1-6.7%, so measure twice
+# what you must tell apart by less. bf16 was 1.55x faster than fp32 at micro-batch 16 on
 # this CPU, and full recomputation cost 17%.
 #
 # With `Torchrun`, FSDP2 over 2 processes of 1 thread each (gloo) trained micro-batch 16 per

@@ -190,7 +190,15 @@ def reference_metrics(timing: Timing) -> dict[str, float]:
 
 def _rel_ci(timing: Timing, ref: dict[str, float] | None) -> float:
     """95% CI half-width over the figure: the windows' (their IQR / median when too few for a
-    CI), combined with the reference's when the figure is drift-corrected (``ref``)."""
+    CI), combined with the reference's when the figure is drift-corrected (``ref``).
+
+    Tried and not kept (2026-11-26): when the speed-state gate gave up (windows off the usual
+    speed kept), also combining the distance ``|log(reference_speed / reference_usual)|`` (7-25%
+    in such trials, whose CI read 1-30%), so that the search would treat them as noisy. Rescored
+    on the 5 stored demo campaigns that had such trials (1-5 of 12 each), the GP given each
+    trial's CI as noise ranked them by leave-one-out no better: Kendall tau with the demo's prior
+    0.818, 0.848, 0.848, 0.788, 0.788 as is, 0.758, 0.818, 0.848, 0.788, 0.788 with it.
+    """
     ci = timing.rel_ci if math.isfinite(timing.rel_ci) else timing.rel_spread
     if ref is not None:
         rci = ref["reference_rel_ci"]
