@@ -370,9 +370,11 @@ def test_the_gate_waits_within_one_budget_for_the_whole_timed_phase() -> None:
     machine = SpeedStates(lambda i: i > 13)
     t = time_steps(machine.step, options=opts, reference=machine.reference,
                    reference_usual=0.001)
-    phase = t.elapsed_s - sum(t.warmup_step_times_s)
     assert t.offstate_windows >= 3 and not t.drift_gated
-    assert 0.9 < phase < 1.4, phase
+    # the windows' own measured seconds (the set-aside ones joined the figure when the wait
+    # ended): the clock between windows (a full gc in a large test process) is not the budget's
+    windows_s = sum(t.step_times_s) * t.steps_per_window
+    assert 0.9 < windows_s < 1.3, windows_s  # before: 1.6-1.65 s
 
 
 def test_timing_stops_waiting_for_the_usual_speed_after_its_budget() -> None:
