@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import shutil
 import statistics
 import subprocess
@@ -37,6 +36,7 @@ import time
 from pathlib import Path
 
 import cubicml_lab as cml
+from cubicml_lab.hardware.machine import cache_dir
 
 sys.path.insert(0, str(Path(__file__).parent))
 from measure_repeatability import CONFIGS, rel_spread  # noqa: E402
@@ -51,11 +51,6 @@ module = sys.argv[2]
 sys.argv = [module] + sys.argv[3:]
 runpy.run_module(module, run_name="__main__", alter_sys=True)
 """
-
-
-def cache_dir() -> Path:
-    """This machine's cubicml_lab cache folder (where the reference's usual speed is kept)."""
-    return Path(os.environ.get("CUBICML_LAB_CACHE_DIR") or Path.home() / ".cache" / "cubicml_lab")
 
 
 def base_interpreter(rev: str, folder: Path) -> str:

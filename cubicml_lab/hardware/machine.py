@@ -218,7 +218,8 @@ def _gpu_family(name: str) -> str | None:
     return "A100" if "A100" in n else None
 
 
-def _cache_dir() -> Path:
+def cache_dir() -> Path:
+    """The cubicml_lab cache folder: ``$CUBICML_LAB_CACHE_DIR``, default ``~/.cache/cubicml_lab``."""
     return Path(os.environ.get("CUBICML_LAB_CACHE_DIR") or Path.home() / ".cache" / "cubicml_lab")
 
 
@@ -242,7 +243,7 @@ def locked_json_cache(name: str) -> Iterator[dict[str, Any]]:
         42
         >>> del os.environ["CUBICML_LAB_CACHE_DIR"]
     """
-    path = _cache_dir() / name
+    path = cache_dir() / name
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path.with_suffix(".lock"), "a") as lock:
         try:
