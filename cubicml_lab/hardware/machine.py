@@ -219,7 +219,7 @@ def _gpu_family(name: str) -> str | None:
 
 
 def cache_dir() -> Path:
-    """The cubicml_lab cache folder: ``$CUBICML_LAB_CACHE_DIR``, default ``~/.cache/cubicml_lab``."""
+    """The cubicml_lab cache folder: ``$CUBICML_LAB_CACHE_DIR``, else ``~/.cache/cubicml_lab``."""
     return Path(os.environ.get("CUBICML_LAB_CACHE_DIR") or Path.home() / ".cache" / "cubicml_lab")
 
 
