@@ -113,6 +113,12 @@ class MeasureOptions:
     # leave-one-out tau 0.848, 0.821, 0.939, 0.818, 0.818 against 0.758, 0.758, 0.788, 0.727,
     # 0.545, the same best configuration in all 10.
     drift_budget: float = 2.0
+    # Replayed on recorded traces (2026-11-26: ``benchmarks/gate_replay.py``, every rule fed the
+    # same clock readings of 50 and 40 trials on a wandering 2-core VM): median spread 9.7% and
+    # 7.2% as set here, 15.9% and 10.6% without the gate, 11.5% and 10.2% with drift_budget 3,
+    # 10.8% and 8.0% with 1.5, 8.0% and 7.5% with drift_tol 0.05 (timed phase 15.5 s against
+    # 12.9 s); correcting each window by the reference on either side of it and setting none
+    # aside: 8.6% and 7.9% in 6.2 and 8.4 s against 12.9 and 14.2 s, a lead, not yet tried live.
 
     def __post_init__(self) -> None:
         for f in fields(self):
