@@ -171,6 +171,8 @@ def save(path: str, data: dict[str, Any]) -> None:
 
 def load(path: str) -> dict[str, Any]:
     """Read traces written by :func:`save`."""
+    if not os.path.isfile(path):
+        sys.exit(f"no traces at {path}: write some with `gate_replay.py record --out {path}`")
     with (gzip.open(path, "rt") if path.endswith(".gz") else open(path)) as f:
         return json.load(f)
 
@@ -415,14 +417,16 @@ def main() -> None:
     rec.add_argument("--record-budget", type=float, default=3.0,
                      help="drift_budget of the recording (x max_time_s; longer traces)")
     rep = sub.add_parser("replay", help="replay the rules on recorded traces")
-    rep.add_argument("traces")
+    rep.add_argument("traces", help="a file written by record (.json or .json.gz), e.g. "
+                     "data/gate_traces_cpu_20261126T1002.json.gz")
     rep.add_argument("--patches", nargs="*", default=sorted(glob.glob(os.path.join(
                          os.path.dirname(os.path.abspath(__file__)), "gate_rules", "*.patch"))),
                      help="rules to replay too: unified diffs of cubicml_lab/timing/steps.py "
                           "(default: benchmarks/gate_rules/*.patch)")
     rep.add_argument("--tols", nargs="*", type=float, default=[], help="drift_tol values")
     rep.add_argument("--budgets", nargs="*", type=float, default=[], help="drift_budget values")
-    rep.add_argument("--per-config", action="store_true")
+    rep.add_argument("--per-config", action="store_true",
+                     help="also print each configuration's spread and figures under each rule")
     args = parser.parse_args()
     record(args) if args.cmd == "record" else replay(args)
 
