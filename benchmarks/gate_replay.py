@@ -115,6 +115,10 @@ def recording(step, *, timer=None, reference=None, guard=None, reference_usual=N
 T.time_steps = recording
 res = cml.measure(spec["workload"], spec["config"], launcher=cml.launch.InProcess(),
                   measure_options=spec["measure"])
+warm = int(res.metrics.get("warmup_steps", 0))  # without a guard, windows carry no verdict yet
+for e in [e for e in events if e[0] == "t"][warm:]:
+    if len(e) == 2:
+        e.append(False)
 print(json.dumps({"status": res.status, "metrics": res.metrics, "events": events,
                   "usual_s": seen.get("usual"), "error": res.error}))
 """
