@@ -21,18 +21,27 @@ Run (idle machine; ~17 min for 4 repeats of the 10 configurations):
     .venv/bin/python benchmarks/ab_revisions.py --base HEAD --repeats 4
     .venv/bin/python benchmarks/ab_revisions.py --base HEAD~3 --workloads gpt --repeats 3
     .venv/bin/python benchmarks/ab_revisions.py --work-env GLIBC_TUNABLES=glibc.malloc.hugetlb=1
+    .venv/bin/python benchmarks/ab_revisions.py --base HEAD --demo 5  # ~25 min
+
+``--demo RUNS`` compares ``make demo``'s campaign instead: RUNS campaigns per arm, interleaved,
+printing each one's leave-one-out Kendall tau, best configuration and seconds. The base arm's
+whole process tree, the trials' own interpreters included, imports the base tree (through
+``PYTHONPATH``): a shim around the parent alone would leave the trials on the working tree.
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import os
+import re
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 import cubicml_lab as cml
@@ -53,12 +62,18 @@ runpy.run_module(module, run_name="__main__", alter_sys=True)
 """
 
 
-def base_interpreter(rev: str, folder: Path) -> str:
-    """A worktree of ``rev`` in ``folder`` and an executable that runs ``python -m MODULE`` with
-    that tree's ``cubicml_lab`` (not the installed one); returns the executable's path."""
+def base_tree(rev: str, folder: Path) -> Path:
+    """A worktree of ``rev`` at ``folder / "tree"``."""
     tree = folder / "tree"
     subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(tree), rev],
                    check=True, capture_output=True)
+    return tree
+
+
+def base_interpreter(rev: str, folder: Path) -> str:
+    """A worktree of ``rev`` in ``folder`` and an executable that runs ``python -m MODULE`` with
+    that tree's ``cubicml_lab`` (not the installed one); returns the executable's path."""
+    tree = base_tree(rev, folder)
     shim = folder / "shim.py"
     shim.write_text(_SHIM.format(tree=str(tree)))
     exe = folder / "python"
@@ -86,6 +101,43 @@ def report(rows: list[dict], arm: str, configs: dict[str, list[dict]]) -> str:
             f"samples median {statistics.median(x['reference_samples'] for x in mine):.0f}")
 
 
+def demo_ab(rev: str, runs: int, folder: Path) -> None:
+    """``runs`` demo campaigns per arm, interleaved (the arm that goes first alternates): the
+    base arm's process tree, its trials' interpreters included, imports ``rev``'s tree first
+    (``PYTHONPATH``, which comes before the editable install); per run and per arm the
+    leave-one-out Kendall tau, the best configuration and the campaign's seconds."""
+    tree = base_tree(rev, folder)
+    found: dict[str, list[tuple[float, str, str]]] = {"base": [], "work": []}
+    for r in range(runs):
+        for arm in (("base", "work") if r % 2 == 0 else ("work", "base")):
+            out = folder / f"{arm}{r + 1}"
+            env = dict(os.environ)
+            if arm == "base":
+                env["PYTHONPATH"] = os.pathsep.join(
+                    [str(tree)] + [p for p in [env.get("PYTHONPATH")] if p])
+            done = subprocess.run([sys.executable, "-m", "cubicml_lab.cli", "demo", "--store",
+                                   str(out / "demo.sqlite"), "--out", str(out), "--no-progress"],
+                                  env=env, capture_output=True, text=True, check=False)
+            text = done.stdout
+            tau = re.search(r"Kendall tau = ([-0-9.na]+)", text)
+            best = re.search(r"best configuration: (\{.*?\})", text)
+            took = re.search(r"campaign took (\d+) s", text)
+            if done.returncode != 0 or not (tau and best and took):
+                print(f"{arm} run {r + 1} failed (rc {done.returncode}):\n{done.stderr[-2000:]}")
+                continue
+            found[arm].append((float(tau.group(1)), best.group(1), took.group(1)))
+            print(f"  {arm} run {r + 1} ({time.strftime('%H:%M UTC', time.gmtime())}): tau "
+                  f"{tau.group(1)}, {took.group(1)} s, best {best.group(1)}", flush=True)
+    for arm, rows in found.items():
+        if not rows:
+            continue
+        common, n = Counter(b for _, b, _ in rows).most_common(1)[0]
+        print(f"{arm:>4}: tau {', '.join(f'{t:.3f}' for t, _, _ in rows)} "
+              f"({sum(t >= 0.8 for t, _, _ in rows)} of {len(rows)} at 0.8 or more); "
+              f"campaigns {', '.join(s for _, _, s in rows)} s; the same best configuration in "
+              f"{n} of {len(rows)}: {common}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--base", default="HEAD", help="git revision of the base arm")
@@ -94,7 +146,20 @@ def main() -> None:
     parser.add_argument("--workloads", nargs="*", default=list(CONFIGS))
     parser.add_argument("--work-env", action="append", default=[], metavar="KEY=VALUE",
                         help="add to the working tree arm's environment (repeatable)")
+    parser.add_argument("--demo", type=int, default=0, metavar="RUNS",
+                        help="instead: RUNS `cubicml-lab demo` campaigns per arm, interleaved "
+                             "(~2.5 min each)")
     args = parser.parse_args()
+    if args.demo:
+        with tempfile.TemporaryDirectory(prefix="cubicml-ab-") as tmp:
+            print(f"demo: base {args.base} against the working tree, {args.demo} runs each; "
+                  f"{time.strftime('%H:%M UTC', time.gmtime())}", flush=True)
+            try:
+                demo_ab(args.base, args.demo, Path(tmp))
+            finally:
+                subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force",
+                                str(Path(tmp) / "tree")], check=False, capture_output=True)
+        return
     configs = {k: CONFIGS[k] for k in args.workloads}
     options = {"max_time_s": args.max_time_s}
     with tempfile.TemporaryDirectory(prefix="cubicml-ab-") as tmp:

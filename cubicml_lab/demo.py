@@ -28,7 +28,7 @@ __all__ = ["DEFAULT_CONFIG", "DEMO_MEASURE", "cpu_fp32_flop_cost", "demo_prior",
            "predictor_report", "run_demo", "summary_table"]
 
 #: Measurement settings of the demo: short timed phases so that a trial takes seconds.
-DEMO_MEASURE: dict[str, Any] = {"max_time_s": 3.0, "warmup_max_s": 3.0, "target_rel_ci": 0.02}
+DEMO_MEASURE: dict[str, Any] = {"max_time_s": 3.0, "warmup_max_s": 3.0}
 
 
 def _max_threads() -> int:

@@ -55,7 +55,8 @@ space.to_dict()["parameters"]
 # %% [markdown]
 # ## 2. One real measurement
 # `cml.measure` trains the model for a few steps, discards the warm-up, and times steps until the
-# median step time is known to within 2% (or the time budget runs out).
+# median step time, corrected for the machine's drift, is known to within 1.5% (or the time
+# budget runs out).
 
 # %%
 result = cml.measure("gpt", DEFAULT_CONFIG, measure_options=MEASURE)

@@ -53,8 +53,8 @@ if SMOKE:
 # %% [markdown]
 # ## 1. One measurement
 # `cml.measure` builds the model, trains it for a few steps that it throws away (warm-up),
-# then times windows of steps until the median step time is known to within 2% or the time
-# budget runs out. On a GPU the clock is a pair of CUDA events; on a CPU it is the wall clock.
+# then times windows of steps until the median step time is known to within 1.5% or the time
+# budget runs out (on a CPU, each window corrected for the machine's speed next to it). On a GPU the clock is a pair of CUDA events; on a CPU it is the wall clock.
 # The result carries the figures, how sure they are (`step_time_rel_ci`: half-width of the 95%
 # interval of the median, relative), memory, and the machine it ran on.
 
@@ -173,7 +173,10 @@ store.close()
 # reference reads off the machine's usual speed are set aside and re-timed (`offstate_windows`
 # in the metrics): 5 repeats of those 10 configurations then spread by a median 2.2-2.3%, in three
 # runs; on a day the VM wandered more (2026-11-26), 4 repeats spread by 3.1-6.7%, so measure twice
-# what you must tell apart by less. bf16 was 1.55x faster than fp32 at micro-batch 16 on
+# what you must tell apart by less. Now each window is corrected by the reference samples on either
+# side of it instead, and none is set aside: replayed on the same recorded clock readings of 140
+# trials (`benchmarks/gate_replay.py`), that spread as much as the gate did in about half the time
+# (see `MeasureOptions` for the figures). bf16 was 1.55x faster than fp32 at micro-batch 16 on
 # this CPU, and full recomputation cost 17%.
 #
 # With `Torchrun`, FSDP2 over 2 processes of 1 thread each (gloo) trained micro-batch 16 per

@@ -277,7 +277,7 @@ def test_reference_is_sampled_between_windows() -> None:
         return 0.001
 
     opts = MeasureOptions(target_rel_ci=1e-9, max_time_s=0.5, window_min_s=0.02,
-                          reference_share=0.05)
+                          reference_share=0.05, drift_per_window=False)
     t = time_steps(sleeper(0.002), options=opts, reference=reference)
     assert len(t.reference_times_s) == len(calls) >= 3
     assert sum(0.004 for _ in calls) <= 0.05 * 0.5 + 0.004 * 3 + 0.01
@@ -394,6 +394,53 @@ def test_timing_stops_waiting_for_the_usual_speed_after_its_budget() -> None:
         min_steps=10, max_steps=10, window_min_s=0.0, drift_tol=0.0),
         reference=machine.reference, reference_usual=0.001)
     assert t.offstate_windows == 0 and t.offstate_s == 0.0 and not t.drift_gated
+
+
+class Ramp:
+    """A machine slowing steadily, the step and the reference alike: the i-th window or
+    reference sample runs ``1 + rate * i`` times slower than the first (a virtual clock)."""
+
+    def __init__(self, rate: float = 0.02) -> None:
+        self.rate, self.i, self.steps = rate, 0, 0
+
+    def _factor(self) -> float:
+        self.i += 1
+        return 1.0 + self.rate * (self.i - 1)
+
+    def step(self) -> None:
+        self.steps += 1
+
+    def reference(self) -> float:
+        return 0.001 * self._factor()
+
+    def start(self) -> None:  # the timer
+        self.steps = 0
+
+    def stop(self) -> float:
+        return 0.01 * self.steps * self._factor()
+
+
+def test_each_window_corrected_by_its_neighbours_follows_drift_within_the_trial() -> None:
+    opts = MeasureOptions(target_rel_ci=0.01, min_steps=8, max_steps=60, window_min_s=0.0,
+                          max_time_s=100.0, drift_tol=0.0, drift_per_window=True)
+    ramp = Ramp()
+    t = time_steps(ramp.step, options=opts, timer=ramp, reference=ramp.reference)
+    assert t.stop_reason == "target met" and t.target_met and t.windows < 20
+    assert len(t.window_reference_s) == t.windows == len(t.reference_times_s) - 1
+    # each window sits between two samples: corrected, every window reads the first speed
+    m = summarize(t, 100, 1e6, None, reference_nominal=1000.0, drift_corrected=True)
+    assert m["step_time_corrected_s"] == pytest.approx(0.01, rel=1e-3)
+    assert m["throughput"] == pytest.approx(10_000, rel=1e-3) and m["throughput_rel_ci"] < 1e-3
+    assert m["step_time_raw_s"] > 0.0105  # the raw median ran on a slowed machine
+    # one median of the samples for the windows' median: the ramp is the windows' noise, and
+    # the 1% target is never met
+    ramp = Ramp()
+    t = time_steps(ramp.step, options=MeasureOptions(**{**opts.to_dict(),
+                                                        "drift_per_window": False}),
+                   timer=ramp, reference=ramp.reference)
+    assert t.stop_reason == "max_steps" and not t.target_met and t.window_reference_s == []
+    m = summarize(t, 100, 1e6, None, reference_nominal=1000.0, drift_corrected=True)
+    assert m["throughput_rel_ci"] > 0.05
 
 
 def test_the_usual_speed_is_the_most_common_state_not_the_median(tmp_path, monkeypatch) -> None:

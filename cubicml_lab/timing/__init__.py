@@ -15,12 +15,14 @@ returns, :class:`~cubicml_lab.trials.TrialResult`, lives in :mod:`cubicml_lab.tr
   and re-timed, and a trial that cannot get 6 clean windows within ``contended_budget`` is
   flagged (``Timing.contended``; ``metrics["contended"] = 1.0``, status stays ``"ok"``).
 * Drift reference: a fixed small workload (:class:`~cubicml_lab.hardware.ReferenceWork`) sampled
-  between the windows gives the machine's speed at that moment (``reference_speed``).
-* Speed-state gate: given the machine's usual reference speed
-  (:func:`~cubicml_lab.hardware.reference_usual`, from earlier trials), a window timed while the
-  reference read more than ``drift_tol`` off it is set aside and re-timed, until the timed phase
-  has lasted ``drift_budget * max_time_s`` seconds (``offstate_windows``, ``drift_gated`` in the
-  metrics).
+  after every window gives the machine's speed at that moment (``reference_speed``); each window
+  is corrected by the samples on either side of it (``MeasureOptions.drift_per_window``), and the
+  figure is the median of the corrected windows.
+* Speed-state gate (off by default): given the machine's usual reference speed
+  (:func:`~cubicml_lab.hardware.reference_usual`, from earlier trials) and ``drift_tol > 0``, a
+  window timed while the reference read more than ``drift_tol`` off it is set aside and re-timed,
+  until the timed phase has lasted ``drift_budget * max_time_s`` seconds (``offstate_windows``,
+  ``drift_gated`` in the metrics).
 * :func:`summarize` turns a :class:`Timing` into metrics: ``step_time_s`` (median), its relative
   spread and CI, ``throughput`` (units/s; drift-corrected by default), ``throughput_raw``,
   ``throughput_corrected`` (drift-corrected) and ``throughput_rel`` (over the reference),

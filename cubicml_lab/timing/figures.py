@@ -81,6 +81,9 @@ class Timing:
         offstate_s: Seconds of those windows and of the reference samples after them.
         drift_gated: The figure comes from windows at the machine's usual speed only.
         reference_usual_s: The usual reference step time the windows were held to (NaN: none).
+        window_reference_s: With ``MeasureOptions.drift_per_window``, per window of
+            ``step_times_s``, the reference step time it is corrected by (the geometric mean of
+            the clean samples on either side of it); empty otherwise.
     """
 
     step_times_s: list[float]
@@ -105,6 +108,7 @@ class Timing:
     offstate_s: float = 0.0
     drift_gated: bool = False
     reference_usual_s: float = math.nan
+    window_reference_s: list[float] = field(default_factory=list)
 
 
 #: Repeat-to-repeat noise of a clean CPU figure that its own windows cannot see, as a
@@ -207,6 +211,16 @@ def _rel_ci(timing: Timing, ref: dict[str, float] | None) -> float:
     return ci
 
 
+def _per_window_corrected(timing: Timing, nominal: float | None) -> list[float]:
+    """Sorted step times of each window corrected by its own reference (``drift_per_window``)
+    to the machine at ``nominal`` reference steps/s; empty when the timing has no such pairs."""
+    refs = timing.window_reference_s
+    if not nominal or not refs or len(refs) != len(timing.step_times_s):
+        return []
+    return sorted(t * (1.0 / (r * nominal)) ** DRIFT_EXPONENT
+                  for t, r in zip(timing.step_times_s, refs))
+
+
 def _log_var(timing: Timing, rel_ci: float) -> float:
     """Observed-noise variance of log(throughput): the CI as a standard deviation, plus the
     repeat-to-repeat floor; a flagged figure gets at least a large fixed variance."""
@@ -244,8 +258,10 @@ def summarize(timing: Timing, units_per_step: float, flops_per_step: float,
 
     Drift correction: with ``reference_nominal`` and a measured reference,
     ``step_time_corrected_s`` is the median window step time ``step_time_raw_s`` scaled to the
-    machine at its nominal speed, ``* (reference_speed / reference_nominal) ** DRIFT_EXPONENT``,
-    and ``throughput_corrected`` is ``units_per_step`` over it (NaN without them). The default
+    machine at its nominal speed, ``* (reference_speed / reference_nominal) ** DRIFT_EXPONENT``
+    (with ``timing.window_reference_s``, from ``MeasureOptions.drift_per_window``: the median of
+    the windows each scaled so by its own reference, and the CI is theirs), and
+    ``throughput_corrected`` is ``units_per_step`` over it (NaN without them). The default
     figures (``step_time_s``, ``throughput``, ``<units>_per_s``, ``achieved_tflops``, ``mfu``)
     are the raw ones, or the corrected ones when ``drift_corrected`` and a correction was
     possible; ``throughput * step_time_s == units_per_step`` always holds, and the metric
@@ -274,13 +290,21 @@ def summarize(timing: Timing, units_per_step: float, flops_per_step: float,
     ref = reference_metrics(timing)
     can_correct = bool(reference_nominal) and math.isfinite(ref["reference_speed"])
     # the step time this step would take on the machine at its nominal speed
-    t_corr = (t_raw * (ref["reference_speed"] / reference_nominal) ** DRIFT_EXPONENT
-              if can_correct else math.nan)
+    t_corr, per_window = math.nan, _per_window_corrected(timing, reference_nominal)
+    if per_window:
+        t_corr = quantile(per_window, 0.5)
+    elif can_correct:
+        t_corr = t_raw * (ref["reference_speed"] / reference_nominal) ** DRIFT_EXPONENT
     corrected = drift_corrected and can_correct
     t = t_corr if corrected else t_raw
     throughput = units_per_step / t if t > 0 else math.nan
     achieved = flops_per_step / t if t > 0 else math.nan
-    rel_ci = _rel_ci(timing, ref if corrected else None)
+    if corrected and per_window:  # the corrected windows carry the reference's noise
+        rel_ci = median_rel_ci(per_window)
+        if not math.isfinite(rel_ci):
+            rel_ci = (quantile(per_window, 0.75) - quantile(per_window, 0.25)) / t_corr
+    else:
+        rel_ci = _rel_ci(timing, ref if corrected else None)
     out = {"step_time_s": t, "step_time_raw_s": t_raw, "step_time_rel_spread": timing.rel_spread,
            "step_time_rel_ci": timing.rel_ci, "steps_timed": float(timing.steps_timed),
            "warmup_steps": float(timing.warmup_steps), "windows": float(timing.windows),
