@@ -4,14 +4,14 @@ For each workload, a handful of configurations are measured ``--repeats`` times,
 interpreter (``cml.launch.Subprocess``), interleaved so that slow drifts of the machine hit every
 configuration alike. Every trial times its own drift reference (``metrics["reference_speed"]``,
 a fixed small MLP step between its windows, with about as many rows as the trial's matmuls:
-``metrics["reference_rows"]``) and runs under the contention guard and the
-speed-state gate (once the machine's usual reference speed is known from 5 earlier trials, a
-window taken while the reference read more than ``--drift-tol`` off it is set aside and re-timed,
-until the timed phase has lasted ``--drift-budget`` times ``--max-time-s`` seconds; ``--drift-tol
-0`` turns the gate off). The stored
-``throughput`` is the drift-corrected figure ``throughput_corrected`` (``throughput_raw`` times
-(the machine's nominal reference speed over the trial's) ** ``DRIFT_EXPONENT``), as
-``DRIFT_CORRECTED_DEFAULT`` says: it spread less across repeats than the raw one here.
+``metrics["reference_rows"]``), sampled after every window, and runs under the contention
+guard. The stored ``throughput`` is the drift-corrected figure ``throughput_corrected``: the
+median of the windows, each scaled to the machine at its nominal reference speed by the samples
+on either side of it (``MeasureOptions.drift_per_window``), as ``DRIFT_CORRECTED_DEFAULT`` says:
+it spread less across repeats than the raw one here. ``--drift-tol`` above 0 turns on the
+speed-state gate of before (once the machine's usual reference speed is known from 5 earlier
+trials, a window taken while the reference read more than that off it is set aside and re-timed,
+until the timed phase has lasted ``--drift-budget`` times ``--max-time-s`` seconds).
 
 It prints, per configuration: the median step time; the spread across repeats ((max - min) /
 median) of the raw throughput (``throughput_raw``), of the corrected one
@@ -392,12 +392,12 @@ def main() -> None:
     parser.add_argument("--max-time-s", type=float, default=10.0,
                         help="timed-phase budget per measurement (MeasureOptions.max_time_s)")
     parser.add_argument("--target-rel-ci", type=float, default=None,
-                        help="stop a trial's timing at this CI of its median (default 0.02)")
+                        help="stop a trial's timing at this CI of its median (default 0.015)")
     parser.add_argument("--reference-share", type=float, default=None,
                         help="share of timed seconds spent on the drift reference (default 0.1)")
     parser.add_argument("--drift-tol", type=float, default=None,
                         help="set aside windows this far (log) from the machine's usual reference "
-                             "speed (default 0.08; 0: off)")
+                             "speed (default 0: off)")
     parser.add_argument("--drift-budget", type=float, default=None,
                         help="seconds of set-aside windows before timing keeps them all, as a "
                              "multiple of --max-time-s (default 2)")
@@ -441,8 +441,9 @@ def main() -> None:
             load.stop()
     idle_rows = [x for x in rows if load is None or x["ended"] < load.started_at]
     print("spread = (max - min) / median over the repeats of unflagged trials; raw: "
-          "throughput_raw, corr: throughput_corrected (raw * (nominal / reference_speed) ** "
-          "DRIFT_EXPONENT), full: throughput_rel (raw / reference_speed), dflt: throughput "
+          "throughput_raw, corr: throughput_corrected (the windows scaled to the nominal "
+          "reference speed, each by its neighbouring samples with drift_per_window), full: "
+          "throughput_rel (raw / reference_speed), dflt: throughput "
           "(the stored default), ref: reference_speed")
     report_idle(names, configs, idle_rows)
     if load is not None:
