@@ -70,6 +70,12 @@ def base_tree(rev: str, folder: Path) -> Path:
     return tree
 
 
+def remove_tree(folder: Path) -> None:
+    """Remove the worktree :func:`base_tree` made in ``folder``."""
+    subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force",
+                    str(folder / "tree")], check=False, capture_output=True)
+
+
 def base_interpreter(rev: str, folder: Path) -> str:
     """A worktree of ``rev`` in ``folder`` and an executable that runs ``python -m MODULE`` with
     that tree's ``cubicml_lab`` (not the installed one); returns the executable's path."""
@@ -157,8 +163,7 @@ def main() -> None:
             try:
                 demo_ab(args.base, args.demo, Path(tmp))
             finally:
-                subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force",
-                                str(Path(tmp) / "tree")], check=False, capture_output=True)
+                remove_tree(Path(tmp))
         return
     configs = {k: CONFIGS[k] for k in args.workloads}
     options = {"max_time_s": args.max_time_s}
@@ -195,8 +200,7 @@ def main() -> None:
                                   f"{m.get('throughput', math.nan):.0f}/s, "
                                   f"{rows[-1]['secs']:.1f} s", file=sys.stderr, flush=True)
         finally:
-            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force",
-                            str(Path(tmp) / "tree")], check=False, capture_output=True)
+            remove_tree(Path(tmp))
         for arm in arms:
             print(report(rows, arm, configs))
 

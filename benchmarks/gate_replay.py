@@ -48,8 +48,8 @@ reference does not see.
 
 Run (on an otherwise idle machine):
     .venv/bin/python benchmarks/gate_replay.py record --out runs/gate_traces.json.gz  # ~25 min
-    T=data/gate_traces_cpu_20261126T1002.json.gz  # or ...T1110, T1315, T1350
-    .venv/bin/python benchmarks/gate_replay.py replay $T --tols 0.05 0.12 --budgets 1.5 3  # ~30 s
+    .venv/bin/python benchmarks/gate_replay.py replay data/gate_traces_cpu_20261126T*.json.gz
+    # ~30 s per file; --tols 0.05 0.12 --budgets 1.5 3: more rules of the gate
 """
 
 from __future__ import annotations
@@ -352,13 +352,12 @@ def equal_reference_spread(traces: list[tuple[dict[str, Any], int]],
     return out
 
 
+Results = dict[str, tuple[dict[tuple[str, int], float], list[float]]]
+
+
 def replay(args: argparse.Namespace) -> None:
-    """Print each rule's spread across repeats and seconds on the recorded traces."""
-    data = load(args.traces)
-    traces = [t for t in data["traces"] if t["status"] == "ok"]
-    guard_s = float(data.get("reference_guard_s", 0.0))
-    recorded = {**RECORDED_BEFORE, **data["options"]}
-    base = {"max_time_s": data["options"]["max_time_s"], **dict(args.set)}
+    """Print each rule's spread across repeats and seconds on each trace file; with several,
+    then pooled over all their configurations."""
     rules = dict(RULES)
     for path in args.patches:  # rules of the gate: with the gate's options
         stem = os.path.basename(path).removesuffix(".patch")
@@ -369,6 +368,38 @@ def replay(args: argparse.Namespace) -> None:
         rules[f"gate, drift_tol {tol}"] = ({**GATE, "drift_tol": tol}, None)
     for budget in args.budgets:
         rules[f"gate, drift_budget {budget}"] = ({**GATE, "drift_budget": budget}, None)
+    pooled: dict[str, tuple[dict[tuple[str, str, int], float], list[float]]] = {}
+    for path in args.traces:
+        print(f"== {path}")
+        for name, (by_config, phases) in replay_set(path, args, rules).items():
+            spreads, all_phases = pooled.setdefault(name, ({}, []))
+            spreads.update({(path, *key): v for key, v in by_config.items()})
+            all_phases += phases
+    if len(args.traces) < 2:
+        return
+    print(f"== pooled over {len(args.traces)} files: geometric mean of the spreads, how many "
+          "configurations are within 3%, seconds of the timed phase, and against as shipped "
+          "how many spread less and the mean log ratio of the spreads")
+    first = next(iter(pooled.values()))[0]
+    for name, (spreads, phases) in pooled.items():
+        ratios = [math.log(v / first[k]) for k, v in spreads.items() if k in first and v > 0
+                  and first[k] > 0]
+        gmean = math.exp(statistics.mean(math.log(v) for v in spreads.values() if v > 0))
+        print(f"{name:34s} {100 * gmean:5.1f}% {sum(v <= 0.03 for v in spreads.values()):3d}/"
+              f"{len(spreads):<3d} phase {statistics.mean(phases):5.1f} s (max "
+              f"{max(phases):4.1f}) less {sum(r < 0 for r in ratios):3d}/{len(ratios):<3d} "
+              f"log ratio {statistics.mean(ratios):+.3f}")
+
+
+def replay_set(path: str, args: argparse.Namespace,
+               rules: dict[str, tuple[dict[str, Any], str | None]]) -> Results:
+    """Print each rule's figures on one trace file; return per rule its spread per
+    configuration and the seconds of each replayed timed phase."""
+    data = load(path)
+    traces = [t for t in data["traces"] if t["status"] == "ok"]
+    guard_s = float(data.get("reference_guard_s", 0.0))
+    recorded = {**RECORDED_BEFORE, **data["options"]}
+    base = {"max_time_s": data["options"]["max_time_s"], **dict(args.set)}
     print(f"{len(traces)} traces; recorded with {recorded}")
     shipped = steps_module(None)
     # self-check: the recording's own options must give back each trial's stored figure
@@ -389,8 +420,9 @@ def replay(args: argparse.Namespace) -> None:
           f"{'phase s mean':>12s} {'max':>5s} {'gated':>5s} {'short':>5s} "
           f"{'less spread than as shipped':>27s}")
     first: dict[tuple[str, int], float] = {}
-    for name, (options, path) in rules.items():
-        steps = steps_module(path)
+    results: Results = {}
+    for name, (options, patch) in rules.items():
+        steps = steps_module(patch)
         groups: dict[tuple[str, int], list[float]] = {}
         phases, gated, short = [], 0, 0
         for t in traces:
@@ -413,15 +445,17 @@ def replay(args: argparse.Namespace) -> None:
             for (w, i), v in groups.items():
                 print(f"    {w} {i}: {100 * rel_spread(v):5.1f}%  "
                       + " ".join(f"{x:8.0f}" for x in v))
+        results[name] = (by_config, phases)
+    return results
 
 
-#: The rules compared: name -> (measure options over the recorded ``max_time_s``, a unified diff
-#: of ``cubicml_lab/timing/steps.py`` or None for the installed one).
 #: The speed-state gate as it was the default until 2026-11-26 (with the 2% CI target).
 GATE: dict[str, Any] = {"drift_tol": 0.08, "drift_per_window": False, "target_rel_ci": 0.02}
 #: What a recording that stored only the options it set ran under for the rest: the defaults of
 #: its day (the first three sets in ``data/``).
 RECORDED_BEFORE: dict[str, Any] = {"drift_tol": 0.08, "drift_per_window": False}
+#: The rules compared: name -> (measure options over the recorded ``max_time_s``, a unified diff
+#: of ``cubicml_lab/timing/steps.py`` or None for the installed one).
 RULES: dict[str, tuple[dict[str, Any], str | None]] = {
     "as shipped": ({}, None),
     "at 2%": ({"target_rel_ci": 0.02}, None),
@@ -455,8 +489,8 @@ def main() -> None:
     rec.add_argument("--record-budget", type=float, default=3.0,
                      help="drift_budget of the recording (x max_time_s; longer traces)")
     rep = sub.add_parser("replay", help="replay the rules on recorded traces")
-    rep.add_argument("traces", help="a file written by record (.json or .json.gz), e.g. "
-                     "data/gate_traces_cpu_20261126T1002.json.gz")
+    rep.add_argument("traces", nargs="+", help="files written by record (.json or .json.gz), "
+                     "e.g. data/gate_traces_cpu_20261126T*.json.gz; with several, also pooled")
     rep.add_argument("--patches", nargs="*", default=sorted(glob.glob(os.path.join(
                          os.path.dirname(os.path.abspath(__file__)), "gate_rules", "*.patch"))),
                      help="rules to replay too: unified diffs of cubicml_lab/timing/steps.py "

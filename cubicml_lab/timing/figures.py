@@ -301,7 +301,7 @@ def summarize(timing: Timing, units_per_step: float, flops_per_step: float,
     achieved = flops_per_step / t if t > 0 else math.nan
     if corrected and per_window:  # the corrected windows carry the reference's noise
         rel_ci = median_rel_ci(per_window)
-        if not math.isfinite(rel_ci):
+        if not math.isfinite(rel_ci):  # too few for a CI: their IQR / median, as _rel_ci does
             rel_ci = (quantile(per_window, 0.75) - quantile(per_window, 0.25)) / t_corr
     else:
         rel_ci = _rel_ci(timing, ref if corrected else None)

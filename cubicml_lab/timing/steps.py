@@ -428,15 +428,10 @@ class _Windows:
         return [r for r in self.refs if not self.off_state(r)] or self.refs
 
     def window_refs(self) -> list[float]:
-        """Per clean window, the reference step time it is corrected by (``drift_per_window``:
-        its neighbours', else, or where it has none, the median of :meth:`figure_refs`); empty
-        without a reference."""
-        refs = sorted(self.figure_refs())
-        if not refs:
-            return []
-        med = quantile(refs, 0.5)
-        if not self.per_window:
-            return [med] * len(self.times)
+        """Per clean window, the reference step time ``drift_per_window`` corrects it by: its
+        neighbours', or where it has none the median of :meth:`figure_refs` (at least one clean
+        sample needed)."""
+        med = quantile(sorted(self.figure_refs()), 0.5)
         return [p if math.isfinite(p) else med for p in self.pairs]
 
     def figure_ci(self) -> float:
@@ -444,7 +439,7 @@ class _Windows:
         median's of the windows each corrected by its neighbours' reference."""
         if not self.times:
             return math.inf
-        if not self.per_window:
+        if not self.per_window or not self.refs:  # no clean sample yet: the raw windows'
             return median_rel_ci(self.times)
         return median_rel_ci([t / r for t, r in zip(self.times, self.window_refs())])
 
@@ -574,7 +569,8 @@ def _timing(w: _Windows, warm: list[float], k: int, stop_reason: str, elapsed: f
                   stop_reason=stop_reason, elapsed_s=elapsed, contended=contended,
                   contended_windows=len(w.dirty), contended_s=w.dirty_s,
                   guard_figures=w.figures, reference_times_s=w.figure_refs(),
-                  window_reference_s=w.window_refs() if w.per_window and w.times else [],
+                  window_reference_s=(w.window_refs() if w.per_window and w.times and w.refs
+                                      else []),
                   offstate_windows=len(w.off), offstate_s=w.off_s,
                   drift_gated=w.usual is not None and w.gating,
                   reference_usual_s=w.usual if w.usual is not None else math.nan)
