@@ -94,10 +94,11 @@ campaign
 # %% [markdown]
 # ## 4. How well does a GP predict speed from the configuration?
 # Leave-one-out: fit on all trials but one, predict the one left out. Kendall tau measures whether
-# the predicted order of configurations matches the measured order (1 is perfect).
+# the predicted order of configurations matches the measured order (1 is perfect). The GP is the
+# search's: the same prior, and each trial's measured noise (its CI) told to it.
 
 # %%
-report = predictor_report(df, space, seed=SEED, **prior)  # the GP with the same prior
+report = predictor_report(df, space, seed=SEED, **prior)  # the GP the search ranked with
 print(f"Kendall tau = {report['kendall_tau']:.2f} over {report['n']} trials")
 
 # %%

@@ -56,3 +56,31 @@ def test_fp32_is_predicted_from_bf16_trials_at_the_machines_flop_cost(rates):
     off = {name: abs(np.log(np.median(r))) for name, r in ratios.items()}
     assert np.median(ratios["plain"]) > 1.5, ratios["plain"]  # fp32 as fast as bf16
     assert off["priced"] < min(np.log(1.4), off["plain"] / 2), ratios["priced"]
+
+
+def test_the_report_scores_the_gp_told_the_noise_the_search_tells_it():
+    """predictor_report's folds are fitted with each trial's measured noise, as the search's GP
+    is (a flagged trial at 10 % at least); observed_noise=False infers one noise level."""
+    import pandas as pd
+
+    from cubicml_lab.demo import predictor_report
+    from cubicml_lab.search.bayesian import observed_noise
+
+    space = demo_space()
+    configs = space.enumerate()[::9][:8]
+    rng = np.random.default_rng(0)
+    y = [1e4 * c["micro_batch"] ** 0.3 * (1.5 if c["precision"] == "bf16" else 1.0)
+         * float(np.exp(rng.normal(0, 0.03))) for c in configs]
+    rel = [0.01, 0.02, 0.015, 0.05, 0.01, 0.03, 0.02, 0.01]
+    df = pd.DataFrame([{**c, "status": "ok", "throughput": v, "throughput_rel_ci": r,
+                        "contended": float(i == 3)}
+                       for i, (c, v, r) in enumerate(zip(configs, y, rel))])
+    told, _ = observed_noise([{"throughput_rel_ci": r, "contended": float(i == 3)}
+                              for i, r in enumerate(rel)])
+    assert told[3] == 0.1 and told[0] == 0.01
+    report = predictor_report(df, space)
+    plain = predictor_report(df, space, observed_noise=False)
+    # the fold that leaves out trial 0, by hand, with the told noise
+    pred = GPPredictor(space, "throughput", seed=0).fit(configs[1:], y[1:], noise=told[1:])
+    assert report["mean"][0] == pytest.approx(float(pred.predict([configs[0]])[0][0]), rel=1e-6)
+    assert not np.allclose(report["mean"], plain["mean"], rtol=1e-4)

@@ -97,7 +97,7 @@ import math
 import time
 import warnings
 from dataclasses import replace
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -112,7 +112,7 @@ if TYPE_CHECKING:
 
     from ..space import Space
 
-__all__ = ["BayesianSearch", "default_n_init"]
+__all__ = ["BayesianSearch", "default_n_init", "observed_noise"]
 
 #: L-BFGS-B iterations of a warm-started hyperparameter fit (see ``BayesianSearch._fit``).
 WARM_MAX_ITER = 40
@@ -142,6 +142,45 @@ NOISE_METRICS = ("throughput_rel_ci", "step_time_rel_ci")
 CONTENDED_METRIC = "contended"
 #: Relative spread assumed at least for a contended measurement (10 %).
 CONTENDED_REL_NOISE = 0.1
+
+
+def observed_noise(metrics: Sequence[Mapping[str, float]], objective: str = "throughput",
+                   noise_metric: str | None = None) -> tuple[np.ndarray | None, np.ndarray]:
+    """The relative noise of each ok trial's ``objective`` as the GP is told it, and which trials
+    the GP keeps (module doc, "Observed noise").
+
+    Args:
+        metrics: One mapping of told metrics per ok trial (a metric a trial lacks is absent).
+        objective: The objective's name; its ``"<objective>_rel_ci"`` is read first.
+        noise_metric: A metric every trial must carry, read instead; None picks as above.
+
+    Returns:
+        ``(rel, keep)``: n relative spreads (contended trials at least
+        :data:`CONTENDED_REL_NOISE`), or None to let the GP infer one noise level; and a boolean
+        mask of the trials to fit on (all of them, but the contended ones where no trial carries
+        a spread and at least 2 others remain).
+
+    Example:
+        >>> rel, keep = observed_noise([{"throughput_rel_ci": 0.02}, {"contended": 1.0}, {}])
+        >>> rel.tolist(), keep.tolist()
+        ([0.02, 0.1, 0.02], [True, True, True])
+    """
+    metric = noise_metric or next(
+        (m for m in (f"{objective}_rel_ci", *NOISE_METRICS) if any(m in v for v in metrics)),
+        None)
+    contended = np.array([v.get(CONTENDED_METRIC, 0.0) > 0 for v in metrics], dtype=bool)
+    keep = np.ones(len(metrics), dtype=bool)
+    if metric is not None and any(metric in v for v in metrics):
+        known = [max(v[metric], 0.0) for v in metrics if metric in v]
+        if noise_metric is not None and len(known) < len(metrics):
+            return None, keep  # an explicit metric missing on some trial: infer one level
+        fill = float(np.median(known))
+        rel = np.array([max(v.get(metric, fill), 0.0) for v in metrics], dtype=np.float64)
+        rel[contended] = np.maximum(rel[contended], CONTENDED_REL_NOISE)
+        return rel, keep
+    if contended.any() and (~contended).sum() >= 2:
+        keep = ~contended  # no spread known: leave them out
+    return None, keep
 
 
 def log_ei_standard(z: torch.Tensor) -> torch.Tensor:
@@ -432,21 +471,8 @@ class BayesianSearch(Searcher):
         """The objective GP's ok observations and their observed noise (module doc, "Observed
         noise"): ``(configs, values, relative noise or None)``."""
         ok = [h for h in self._history if h["status"] == "ok"]
-        metric = self.noise_metric or next(
-            (m for m in (f"{self.objective}_rel_ci", *NOISE_METRICS)
-             if any(m in h["values"] for h in ok)), None)
-        contended = np.array([h["values"].get(CONTENDED_METRIC, 0.0) > 0 for h in ok], bool)
-        rel = None
-        if metric is not None and any(metric in h["values"] for h in ok):
-            known = [max(h["values"][metric], 0.0) for h in ok if metric in h["values"]]
-            if self.noise_metric is not None and len(known) < len(ok):
-                known = []  # an explicit metric missing on some trial: infer one level
-            if known:
-                fill = float(np.median(known))
-                rel = np.array([max(h["values"].get(metric, fill), 0.0) for h in ok])
-                rel[contended] = np.maximum(rel[contended], CONTENDED_REL_NOISE)
-        elif contended.any() and (~contended).sum() >= 2:
-            ok = [h for h, c in zip(ok, contended) if not c]  # no spread known: leave them out
+        rel, keep = observed_noise([h["values"] for h in ok], self.objective, self.noise_metric)
+        ok = [h for h, k in zip(ok, keep) if k]
         return ([h["config"] for h in ok], np.array([h["value"] for h in ok], dtype=np.float64),
                 rel)
 
