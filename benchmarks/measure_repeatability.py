@@ -43,6 +43,16 @@ events under the throttle guard, with no CPU reference (every drift column is Na
 2026-11-26 (``benchmarks/gpu_check.sh``; rows in ``data/gpu_repeatability_h200.json``): spread
 0.2-2.0% across 3 fresh processes (median 0.7%), 12.1 s per measurement, none flagged.
 
+``--compare-process`` measures each configuration alternately in a fresh process and in the
+benchmark's own long-lived process (``cml.launch.InProcess``) and prints the spread of each. On
+the 2-core VM, 2026-11-26, gpt's 5 configurations x 5 rounds, twice (``--compare-process
+--workloads gpt --max-time-s 20``, ~8 min each), spread a median of 3.5% and 3.6% across fresh
+processes against 1.7% and 2.0% in one process, whose figures were 1-4.5% higher for 9 of the
+10: the per-window correction follows drift within a trial (with a slope of about 1), not a
+fresh process's own level. That does not carry over to a campaign: 5 demo campaigns run in one
+process (``cubicml-lab demo --launcher inprocess``) ranked at a tau of 0.61-0.70 (MAPE
+7.6-9.8%), against 0.76-0.88 (3.6-5.5%) with a fresh process per trial.
+
 ``--compare-wait`` measures each workload's first configuration under several OpenMP wait
 settings, idle and beside one busy process per core (guard off), to see what each costs idle
 and how gracefully each degrades.
@@ -382,6 +392,38 @@ def compare_wait(names: list[str], repeats: int) -> None:
                   f"{os.getloadavg()[0]:.2f}", flush=True)
 
 
+def compare_process(names: list[str], configs: dict[str, list[dict[str, Any]]],
+                    repeats: int, options: dict[str, float]) -> None:
+    """Each config measured ``repeats`` times in a fresh process and as often in this one
+    long-lived process (``InProcess``), the two alternating (which goes first swaps every round)
+    so that the machine's drift hits both alike: the spread of each arm's stored figure, and the
+    ratio of their medians. Where this process's repeats spread less than the fresh ones, part of
+    the spread is each process's own level, which no correction inside a trial sees."""
+    arms = {"fresh": cml.launch.Subprocess(timeout_s=300), "this": cml.launch.InProcess()}
+    got: dict[tuple[str, int, str], list[float]] = {}
+    for r in range(repeats):
+        for name in names:
+            for i, cfg in enumerate(configs[name]):
+                for arm in (list(arms) if r % 2 == 0 else list(arms)[::-1]):
+                    res = cml.measure(name, cfg, launcher=arms[arm], measure_options=options)
+                    if res.status == "ok" and not res.metrics.get("contended"):
+                        got.setdefault((name, i, arm), []).append(res.metrics["throughput"])
+    print(f"{'workload':<6} {'config':<60} {'fresh':>6} {'this':>6} {'this/fresh':>10}  "
+          "(spread of the stored figure over the repeats; ratio of the medians)")
+    spreads: dict[str, list[float]] = {"fresh": [], "this": []}
+    for name in names:
+        for i, cfg in enumerate(configs[name]):
+            fresh, this = got.get((name, i, "fresh"), []), got.get((name, i, "this"), [])
+            for arm, vals in (("fresh", fresh), ("this", this)):
+                spreads[arm].append(rel_spread(vals))
+            print(f"{name:<6} {json.dumps(cfg):<60} {100 * rel_spread(fresh):>5.1f}% "
+                  f"{100 * rel_spread(this):>5.1f}% {median(this) / median(fresh):>10.3f}")
+    print(f"median spread: fresh processes {100 * median(spreads['fresh']):.1f}%, this process "
+          f"{100 * median(spreads['this']):.1f}%; less in this process for "
+          f"{sum(t < f for f, t in zip(spreads['fresh'], spreads['this']))} of "
+          f"{len(spreads['fresh'])} configs", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
@@ -410,6 +452,9 @@ def main() -> None:
                         help="interpreter of the trial processes (default: this one), e.g. a "
                              "wrapper that raises their scheduling priority")
     parser.add_argument("--json", default=None, help="also write every measurement here")
+    parser.add_argument("--compare-process", action="store_true",
+                        help="instead: each config alternately in a fresh process and in this "
+                             "long-lived one; the spread of each")
     parser.add_argument("--compare-wait", action="store_true",
                         help="compare OpenMP wait settings, idle and beside a busy process per "
                              "core, instead (first config of each workload)")
@@ -432,6 +477,9 @@ def main() -> None:
           f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}; {time.strftime('%H:%M')} UTC")
     if args.compare_wait:
         compare_wait(names, args.repeats)
+        return
+    if args.compare_process:
+        compare_process(names, configs, args.repeats, measure_options(args))
         return
     load = Load(cores) if args.load else None
     try:
