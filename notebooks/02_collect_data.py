@@ -158,26 +158,24 @@ store.close()
 # measurement of micro-batch 4 took 36 timed steps in 12 windows after 4 warm-up steps: 31,800
 # tokens/s, 16.1 ms a step, and the median step time known to within +-0.5%.
 #
-# That +-0.5% is the noise *inside* one process. Five fresh processes of each configuration
-# spread much wider: the step times of the four configurations varied by 7% to 16% (max - min
-# over the median; 16.8, 59.9, 69.8 and 38.6 ms medians). In three of the four, one slow
-# repeat makes most of it. That is what a predictor has to live with on this machine: two
-# configurations closer than about 10% cannot be told apart from one measurement each. Since
-# then each trial also times a fixed reference workload and stores its figure corrected for the
-# machine's speed (`throughput`; the raw one is `throughput_raw`), and windows that shared the
-# cores are discarded or flagged (`contended`): on an idle 2-core VM, 5 fresh repeats of 10
-# configurations still spread by a median 4.7% corrected, 17.4% raw
-# (`benchmarks/measure_repeatability.py`). That VM switches between speed states for seconds
-# to minutes (its reference ran at about 255 steps/s, at times 200 or 280), and configurations
-# feel a switch unequally, so the correction cannot take it all out. Now windows timed while the
-# reference reads off the machine's usual speed are set aside and re-timed (`offstate_windows`
-# in the metrics): 5 repeats of those 10 configurations then spread by a median 2.2-2.3%, in three
-# runs; on a day the VM wandered more (2026-11-26), 4 repeats spread by 3.1-6.7%, so measure twice
-# what you must tell apart by less. Now each window is corrected by the reference samples on either
-# side of it instead, and none is set aside: replayed on the same recorded clock readings of 140
-# trials (`benchmarks/gate_replay.py`), that spread as much as the gate did in about half the time
-# (see `MeasureOptions` for the figures). bf16 was 1.55x faster than fp32 at micro-batch 16 on
-# this CPU, and full recomputation cost 17%.
+# That +-0.5% is the noise *inside* one process. Across fresh processes the figures spread much
+# wider, and that is what a predictor has to live with:
+# - In the first full run, five fresh processes of each configuration varied by 7% to 16% (max -
+#   min over the median; 16.8, 59.9, 69.8 and 38.6 ms medians). In three of the four, one slow
+#   repeat made most of it.
+# - Since then each trial also times a fixed reference workload and stores its figure corrected
+#   for the machine's speed (`throughput`; the raw one is `throughput_raw`), each window by the
+#   reference samples on either side of it. Windows that shared the cores are discarded or
+#   flagged (`contended`).
+# - On an idle 2-core VM, 5 fresh repeats of 10 configurations then spread by a median of 2.2%
+#   to 8.5% on different days, 17% to 35% raw (`benchmarks/measure_repeatability.py`).
+# - What is left is mostly each fresh process's own level. The same configurations measured
+#   alternately in fresh processes and in one long-lived process spread 3.5% and 1.7%
+#   (`measure_repeatability.py --compare-process`). No reference timed inside the trial sees that
+#   level.
+#
+# So measure twice what you must tell apart by less than about 5%. bf16 was 1.55x faster than
+# fp32 at micro-batch 16 on this CPU, and full recomputation cost 17%.
 #
 # With `Torchrun`, FSDP2 over 2 processes of 1 thread each (gloo) trained micro-batch 16 per
 # process at 30,400 tokens/s, against about 34,200 for one process of 2 threads: on one 2-core
