@@ -240,3 +240,41 @@ def test_observed_noise_and_contended_trials_enter_the_gp(space):
     t.tell(cfgs[2], {"throughput": 10.0, "contended": 1.0})
     configs, values, rel = t._gp_data()
     assert rel is None and values.tolist() == [100.0, 120.0]
+
+
+def test_recommend_weighs_a_noisy_winner_by_its_noise_and_neighbours(space):
+    """A smooth surface measured with small noise, but for two configurations: the true best
+    (layers 1, micro-batch 16) read 10% low with a 10% CI, and its neighbour (micro-batch 8,
+    7% slower) read 3% high. best() takes the neighbour's lucky figure; recommend() takes the true best,
+    estimated near its true value; a second objective falls back to best()."""
+    def truth(c):
+        return 1000.0 * c["micro_batch"] ** 0.1 / c["layers"] ** 0.5 * (
+            0.8 if c["recompute"] == "full" else 1.0)
+
+    rng = np.random.default_rng(1)
+    s = BayesianSearch(space, seed=0, n_init=3)
+    top = {"layers": 1, "micro_batch": 16, "recompute": "none"}
+    near = {"layers": 1, "micro_batch": 8, "recompute": "none"}
+    others = [c for c in space.enumerate() if c not in (top, near)]
+    for c in [others[i] for i in rng.choice(len(others), 14, replace=False)]:
+        s.tell(c, {"throughput": truth(c) * float(np.exp(rng.normal(0, 0.01))),
+                   "throughput_rel_ci": 0.01})
+    s.tell(top, {"throughput": truth(top) * 0.90, "throughput_rel_ci": 0.10})
+    s.tell(near, {"throughput": truth(near) * 1.03, "throughput_rel_ci": 0.01})
+    assert s.best()[0] == near
+    cfg, est = s.recommend()
+    assert cfg == top and est == pytest.approx(truth(top), rel=0.06)
+    two = BayesianSearch(space, seed=0, second_objective="peak_mem_gib")
+    two.tell(top, {"throughput": 1.0, "peak_mem_gib": 1.0})
+    two.tell(near, {"throughput": 2.0, "peak_mem_gib": 1.0})
+    assert two.recommend() == two.best()
+
+
+def test_recommend_passes_over_a_configuration_measured_only_under_contention(space):
+    s = BayesianSearch(space, seed=0, n_init=3)
+    cfgs = space.enumerate()[:6]
+    for i, c in enumerate(cfgs):
+        s.tell(c, {"throughput": 150.0 if i == 5 else 100.0 + i, "throughput_rel_ci": 0.01,
+                   "contended": float(i == 5)})
+    s.tell(cfgs[4], {"throughput": 104.0, "throughput_rel_ci": 0.01})
+    assert s.recommend()[0] != cfgs[5]
