@@ -876,7 +876,7 @@ class BayesianSearch(Searcher):
         ok = [h for h in self._history if h["status"] == "ok"]
         clean = [h["config"] for h in ok if not h["values"].get(CONTENDED_METRIC, 0.0) > 0]
         seen: dict[Any, dict] = {}
-        for c in clean or configs:  # a figure measured under contention is no best (as best())
+        for c in clean or configs:  # measured under contention: no best (as Campaign.best())
             seen.setdefault(self.space.key(c), c)
         unique = list(seen.values())
         mu = np.asarray(pred.predict(unique)[0], dtype=np.float64)
