@@ -16,6 +16,7 @@ Example:
 
 from __future__ import annotations
 
+import statistics
 from typing import TYPE_CHECKING, Any
 
 from .errors import SearchError
@@ -78,15 +79,16 @@ class CampaignView:
         return {n: best.config[n] for n in self.space.names}, float(best.metrics[self.objective])
 
     def reference_value(self) -> float | None:
-        """The objective measured for :attr:`reference` (its first ok trial), or None."""
-        if self.reference is None:
-            return None
-        key = self.space.key(self.reference)
-        for t in self.trials():
-            if t.status == "ok" and self.objective in t.metrics and \
-                    self.space.key({n: t.config[n] for n in self.space.names}) == key:
-                return float(t.metrics[self.objective])
-        return None
+        """The objective measured for :attr:`reference` (:meth:`measured_value`), or None."""
+        return None if self.reference is None else self.measured_value(self.reference)
+
+    def measured_value(self, config: dict[str, Any]) -> float | None:
+        """The objective measured for ``config``: the median over its ok trials, or None."""
+        key = self.space.key(config)
+        values = [float(t.metrics[self.objective]) for t in self.trials()
+                  if t.status == "ok" and self.objective in t.metrics
+                  and self.space.key({n: t.config[n] for n in self.space.names}) == key]
+        return statistics.median(values) if values else None
 
     def summary(self) -> dict[str, Any]:
         """What a person glances at: trials by status, the best so far against the reference,

@@ -224,12 +224,10 @@ def run_demo(budget: int = 14, store: str | os.PathLike[str] = "data/demo.sqlite
         print(summary_table(df, space).to_string())
     report = predictor_report(df, space, seed=seed, **prior)
     best_cfg, best_estimate = search.recommend()
-    mine = df[df["status"].eq("ok")]
-    mine = mine[[all(row[n] == best_cfg[n] for n in space.names) for _, row in mine.iterrows()]]
-    best_value = float(mine["throughput"].median())
+    best_value = camp.measured_value(best_cfg)
     top_cfg, top_value = camp.best()
     default_value = camp.reference_value()
-    speedup = best_value / default_value if default_value else None
+    speedup = best_value / default_value if best_value and default_value else None
     fig = campaign_figure(df, report if "mean" in report else None, reference=default_value,
                           unit="tokens/s",
                           title=f"cubicml-lab demo: GPT on {hw.get('cpu_count')} CPU cores")

@@ -608,3 +608,15 @@ def test_best_passes_over_a_figure_the_contention_guard_flagged(gpt_space, tmp_s
     # the flagged trial is faster on paper, but its figure is noise: the clean one is the best
     assert camp.best() == ({"micro_batch": 4, "precision": "fp32", "recompute": "none"}, 500.0)
     assert camp.summary()["best"] == 500.0
+
+
+def test_measured_value_is_the_median_of_a_configurations_ok_trials(gpt_space, tmp_store):
+    camp = make("values", gpt_space, tmp_store)
+    cfg = {**TINY, "precision": "fp32", "recompute": "none"}
+    for value in (500.0, 700.0, 520.0):
+        tmp_store.record_trial("values", {**cfg, "micro_batch": 4}, status="ok",
+                               metrics={"throughput": value})
+    tmp_store.record_trial("values", {**cfg, "micro_batch": 4}, status="oom", metrics={})
+    knobs = {"micro_batch": 4, "precision": "fp32", "recompute": "none"}
+    assert camp.measured_value(knobs) == 520.0
+    assert camp.measured_value({**knobs, "micro_batch": 2}) is None

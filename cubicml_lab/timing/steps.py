@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 from ..errors import MeasurementError
 from ..hardware import MAX_CPU_WAIT
-from .figures import Timing, median_rel_ci, quantile
+from .figures import DRIFT_EXPONENT, Timing, median_rel_ci, quantile
 
 __all__ = ["CudaEventTimer", "MeasureOptions", "StepTimer", "WindowGuard", "make_timer",
            "time_steps"]
@@ -441,7 +441,8 @@ class _Windows:
             return math.inf
         if not self.per_window or not self.refs:  # no clean sample yet: the raw windows'
             return median_rel_ci(self.times)
-        return median_rel_ci([t / r for t, r in zip(self.times, self.window_refs())])
+        return median_rel_ci([t * r ** -DRIFT_EXPONENT  # as summarize() corrects them
+                              for t, r in zip(self.times, self.window_refs())])
 
 
 def time_steps(step: Callable[[], Any], *, sync: Callable[[], None] | None = None,
