@@ -99,8 +99,10 @@ def format_trial(trial_id: int, space: Space, config: Mapping[str, Any], result:
                  else f"{objective}={value:.4g}")
         spread = m.get("step_time_rel_ci", math.nan)
         step = m.get("step_time_s", math.nan)
+        flag = ("  [contended: other work shared the cores; not trusted]"
+                if m.get("contended", 0) > 0 else "")
         return (f"trial {trial_id:>3}  ok       {shown}  step {step:.3f} s "
-                f"(±{100 * spread:.1f}%)  {knobs}")
+                f"(±{100 * spread:.1f}%)  {knobs}{flag}")
     reason = (result.error or "").strip().splitlines()
     short = reason[-1][:80] if reason else ""
     return f"trial {trial_id:>3}  {result.status:<8} {'-':>21}  {knobs}  [{short}]"

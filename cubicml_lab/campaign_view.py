@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from .store import Trial, TrialStore
     from .workloads.base import Workload
 
-__all__ = ["CampaignView"]
+__all__ = ["CampaignView", "status_counts"]
 
 
 class CampaignView:
@@ -95,14 +95,16 @@ class CampaignView:
         why the last run stopped, the proposals waiting.
 
         Returns:
-            A dict with ``trials`` (count), ``by_status`` ({status: count}), ``best_config``,
-            ``best`` (objective value), ``reference`` (its value), ``speedup`` (best /
-            reference, for a maximised objective), ``stop_reason``, ``waiting``.
+            A dict with ``trials`` (count), ``by_status`` ({status: count}), ``contended``
+            (ok trials the contention guard flagged), ``best_config``, ``best`` (objective
+            value), ``reference`` (its value), ``speedup`` (best / reference, for a maximised
+            objective), ``stop_reason``, ``waiting``.
         """
         trials = self.trials()
         by_status: dict[str, int] = {}
         for t in trials:
             by_status[t.status] = by_status.get(t.status, 0) + 1
+        contended = sum(t.status == "ok" and t.metrics.get("contended", 0) > 0 for t in trials)
         try:
             best_config, best = self.best()
         except SearchError:
@@ -112,7 +114,8 @@ class CampaignView:
         if best is not None and ref:
             maximize = getattr(self.searcher, "direction", "maximize") == "maximize"
             speedup = best / ref if maximize else ref / best
-        return {"trials": len(trials), "by_status": by_status, "best_config": best_config,
+        return {"trials": len(trials), "by_status": by_status, "contended": contended,
+                "best_config": best_config,
                 "best": best, "reference": ref, "speedup": speedup,
                 "stop_reason": self.stop_reason, "waiting": len(self.proposals)}
 
@@ -121,7 +124,7 @@ class CampaignView:
         facts: list[tuple[str, Any]] = [
             ("workload", self.workload.name), ("launcher", repr(self.launcher)),
             ("searcher", type(self.searcher).__name__), ("store", str(self.store.path)),
-            ("trials", ", ".join(f"{n} {st}" for st, n in s["by_status"].items()) or "none yet")]
+            ("trials", status_counts(s) or "none yet")]
         if s["best"] is not None:
             facts.append((f"best {self.objective}", s["best"]))
             facts.append(("best config",
@@ -154,3 +157,11 @@ class CampaignView:
         """Seconds from the first trial's start to the last trial's end."""
         times = [(t.started_at, t.ended_at) for t in self.trials() if t.started_at and t.ended_at]
         return max(e for _, e in times) - min(s for s, _ in times) if times else 0.0
+
+
+def status_counts(summary: dict[str, Any]) -> str:
+    """``"12 ok (2 contended), 1 oom"`` from :meth:`CampaignView.summary`: trials by status, and
+    how many of the ok ones the contention guard flagged (their figures are not trusted)."""
+    flagged = summary.get("contended", 0)
+    return ", ".join(f"{n} {st}" + (f" ({flagged} contended)" if st == "ok" and flagged else "")
+                     for st, n in summary.get("by_status", {}).items())

@@ -40,6 +40,7 @@ from .errors import DataError
 if TYPE_CHECKING:
     import matplotlib.axes
     import matplotlib.figure
+    import numpy as np
     import pandas as pd
 
 __all__ = ["best_so_far_data", "campaign_figure", "learning_curve_data", "pareto_data",
@@ -132,39 +133,70 @@ def best_so_far_data(df: pd.DataFrame, objective: str = "throughput",
                      direction: str = "maximize") -> pd.DataFrame:
     """Per trial in id order: its value (NaN unless ok) and the best ok value so far.
 
+    A trial the contention guard flagged (a ``contended`` column > 0: other work shared the
+    cores while it was timed) keeps its value but does not move the best-so-far line while the
+    campaign has an unflagged ok trial, as :meth:`~cubicml_lab.Campaign.best` passes over it.
+
     Args:
         df: A campaign's trials (``store.to_dataframe(name)``).
         objective: Metric column to follow.
         direction: ``"maximize"`` or ``"minimize"``.
 
     Returns:
-        DataFrame with columns trial (1-based position), trial_id, status, value, best.
+        DataFrame with columns trial (1-based position), trial_id, status, value, best,
+        contended (bool) and rel_ci (the value's relative 95% CI from ``{objective}_rel_ci``,
+        NaN where none was stored).
     """
     import numpy as np
     import pandas as pd
 
     df = df.sort_values("trial_id")
     ok = df["status"].eq("ok").to_numpy()
-    raw = df[objective].to_numpy(dtype=float) if objective in df else np.full(len(df), np.nan)
+    raw = _column(df, objective)
     value = np.where(ok, raw, np.nan)
-    signed = value if direction == "maximize" else -value
+    contended = ok & (np.nan_to_num(_column(df, "contended")) > 0)
+    counted = np.where(contended, np.nan, value) if (ok & ~contended).any() else value
+    signed = counted if direction == "maximize" else -counted
     best = np.fmax.accumulate(signed)  # NaN (failed trials) carry the best so far forward
     best = best if direction == "maximize" else -best
     return pd.DataFrame({"trial": np.arange(1, len(df) + 1), "trial_id": df["trial_id"].to_numpy(),
-                         "status": df["status"].to_numpy(), "value": value, "best": best})
+                         "status": df["status"].to_numpy(), "value": value, "best": best,
+                         "contended": contended,
+                         "rel_ci": np.where(ok, _column(df, f"{objective}_rel_ci"), np.nan)})
+
+
+def _column(df: pd.DataFrame, name: str) -> np.ndarray:
+    """``df[name]`` as floats, all NaN when the column is missing."""
+    import numpy as np
+    import pandas as pd
+
+    if name not in df:
+        return np.full(len(df), np.nan)
+    return pd.to_numeric(df[name], errors="coerce").to_numpy(dtype=float)
 
 
 def plot_best_so_far(df: pd.DataFrame, objective: str = "throughput", direction: str = "maximize",
                      *, reference: float | None = None, reference_label: str = "default config",
                      unit: str | None = None, ax: matplotlib.axes.Axes | None = None
                      ) -> matplotlib.figure.Figure:
-    """Best-so-far curve of a campaign, each trial as a dot, failures marked on the x axis."""
+    """Best-so-far curve of a campaign: each trial a dot with its 95% CI where one was stored,
+    a trial flagged contended an open dot (not counted as best), failures on the x axis."""
+    import numpy as np
+
     data = best_so_far_data(df, objective, direction)
     fig, ax = _axes(ax)
     ok = data["status"] == "ok"
+    clean, flagged = ok & ~data["contended"], ok & data["contended"]
     ax.plot(data["trial"], data["best"], drawstyle="steps-post", color="C0", label="best so far")
-    ax.scatter(data.loc[ok, "trial"], data.loc[ok, "value"], s=18, color="C0", alpha=0.6,
+    ax.scatter(data.loc[clean, "trial"], data.loc[clean, "value"], s=18, color="C0", alpha=0.6,
                label="trial")
+    half = (data["value"] * data["rel_ci"]).where(ok)
+    if np.isfinite(half.to_numpy(dtype=float)).any():
+        ax.errorbar(data["trial"], data["value"], yerr=half, fmt="none", ecolor="C0",
+                    alpha=0.4, lw=1, capsize=2, label="95% CI")
+    if flagged.any():
+        ax.scatter(data.loc[flagged, "trial"], data.loc[flagged, "value"], s=30,
+                   facecolors="none", edgecolors="C1", label="contended (not trusted)")
     failed = data[~ok]
     if len(failed):
         y0 = float(data["value"].min()) if ok.any() else 0.0

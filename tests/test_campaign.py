@@ -620,3 +620,28 @@ def test_measured_value_is_the_median_of_a_configurations_ok_trials(gpt_space, t
     knobs = {"micro_batch": 4, "precision": "fp32", "recompute": "none"}
     assert camp.measured_value(knobs) == 520.0
     assert camp.measured_value({**knobs, "micro_batch": 2}) is None
+
+
+def test_a_contended_trial_is_counted_and_named_wherever_the_campaign_shows_its_trials(
+        gpt_space, tmp_store):
+    from cubicml_lab.campaign import format_trial
+    from cubicml_lab.trials import TrialResult
+
+    camp = make("flags", gpt_space, tmp_store)
+    cfg = {**TINY, "precision": "fp32", "recompute": "none"}
+    for mb, value, flag in ((2, 500.0, 0.0), (4, 900.0, 1.0), (8, 600.0, 0.0)):
+        tmp_store.record_trial("flags", {**cfg, "micro_batch": mb}, status="ok",
+                               metrics={"throughput": value, "contended": flag})
+    tmp_store.record_trial("flags", {**cfg, "micro_batch": 16}, status="oom", metrics={})
+    s = camp.summary()
+    assert s["contended"] == 1 and s["best"] == 600.0
+    assert "3 ok (1 contended), 1 oom" in str(camp)
+    assert "3 ok (1 contended)" in camp._repr_html_()
+    result = TrialResult(status="ok", metrics={"throughput": 900.0, "contended": 1.0,
+                                               "step_time_s": 0.1, "step_time_rel_ci": 0.02},
+                         hardware={})
+    line = format_trial(7, camp.space, {**cfg, "micro_batch": 4}, result, "throughput")
+    assert "contended" in line and "not trusted" in line
+    clean = TrialResult(status="ok", metrics={**result.metrics, "contended": 0.0}, hardware={})
+    assert "contended" not in format_trial(7, camp.space, {**cfg, "micro_batch": 4}, clean,
+                                           "throughput")

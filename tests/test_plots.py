@@ -28,6 +28,25 @@ def test_best_so_far_data_orders_by_id_and_skips_failures():
     assert low["best"].tolist() == [20.0, 20.0, 20.0, 20.0]
 
 
+def test_a_contended_figure_does_not_move_the_best_so_far_while_a_clean_one_exists():
+    df = frame().assign(contended=[1.0, 0.0, None, 0.0],
+                        throughput_rel_ci=[0.02, 0.05, None, 0.01])
+    data = plots.best_so_far_data(df)
+    assert data["best"].tolist() == [20.0, 20.0, 20.0, 40.0]  # trial 3's 50 was flagged
+    assert data["contended"].tolist() == [False, False, True, False]
+    assert data["rel_ci"].tolist()[0] == 0.05 and math.isnan(data["rel_ci"].iloc[1])
+    everything_flagged = plots.best_so_far_data(df.assign(contended=[1.0, 1.0, None, 1.0]))
+    assert everything_flagged["best"].tolist() == [20.0, 20.0, 50.0, 50.0]
+    ax = plots.plot_best_so_far(df).axes[0]
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert "contended (not trusted)" in labels and "95% CI" in labels
+    assert "95% CI" not in [t.get_text() for t in
+                            plots.plot_best_so_far(frame()).axes[0].get_legend().get_texts()]
+    import matplotlib.pyplot as plt
+
+    plt.close("all")
+
+
 def test_campaign_figure_draws_both_panels(tmp_path):
     cv = {"measured": [20.0, 50.0, 40.0], "mean": [22.0, 45.0, 41.0], "lo": [15.0, 35.0, 30.0],
           "hi": [30.0, 60.0, 50.0], "kendall_tau": 1.0}

@@ -275,6 +275,11 @@ def test_dashboard_polls_the_store_every_refresh_s(gpt_space, tmp_store):
         time.sleep(0.05)
     dash.close()
     assert dash.summary["by_status"] == {"oom": 1} and "1 trial: 1 oom" in dash.status.value
+    flagged = tmp_store.record_trial("w", {**config, "micro_batch": 4}, status="ok",
+                                     metrics={"throughput": 900.0, "contended": 1.0})
+    dash.refresh()
+    assert "2 trials: 1 oom, 1 ok (1 contended)" in dash.status.value
+    assert f">{flagged}<" in dash.latest.value and "ok, contended" in dash.latest.value
     assert f">{tid}<" in dash.latest.value and "CUDA out of memory" in dash.latest.value
     assert dash._thread is None
     [p] = camp.propose()  # a proposal waiting shows with its phase and reason

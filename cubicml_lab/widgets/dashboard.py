@@ -12,6 +12,7 @@ import ipywidgets as W
 
 from .._html import fmt, rows_table
 from ..campaign import Campaign
+from ..campaign_view import status_counts
 from ..errors import CubicMLError
 from ..store import FINAL_STATUSES, Trial, TrialStore
 from ._common import _FONT, _GREY, _error_html, _guard, _interval, _knobs, _set_png, _text, _unit
@@ -191,7 +192,7 @@ class CampaignDashboard(W.VBox):
 
     def _draw_status(self) -> None:
         s, unit = self.summary, self._unit()
-        counts = ", ".join(f"{n} {st}" for st, n in s.get("by_status", {}).items())
+        counts = status_counts(s)
         n = s.get("trials", 0)
         parts = [f"{n} trial{'' if n == 1 else 's'}" + (f": {counts}" if counts else "")]
         if s.get("best") is not None:
@@ -231,7 +232,9 @@ class CampaignDashboard(W.VBox):
             p = self._ran.get(t.id) or self._running.get(t.id)
             predicted = "" if p is None or p.predicted is None else fmt(p.predicted)
             note = (t.error or "").strip().splitlines()[-1][:60] if t.error else ""
-            rows.append([t.id, t.status, *(t.config.get(n) for n in names),
+            flagged = t.status == "ok" and t.metrics.get("contended", 0) > 0
+            rows.append([t.id, "ok, contended" if flagged else t.status,
+                         *(t.config.get(n) for n in names),
                          t.metrics.get(obj, ""), predicted,
                          t.metrics.get("step_time_s", ""), note])
         columns = ["id", "status", *names, obj, "predicted", "step_time_s", "note"]
