@@ -51,7 +51,11 @@ processes against 1.7% and 2.0% in one process, whose figures were 1-4.5% higher
 10: the per-window correction follows drift within a trial (with a slope of about 1), not a
 fresh process's own level. That does not carry over to a campaign: 5 demo campaigns run in one
 process (``cubicml-lab demo --launcher inprocess``) ranked at a tau of 0.61-0.70 (MAPE
-7.6-9.8%), against 0.76-0.88 (3.6-5.5%) with a fresh process per trial.
+7.6-9.8%), against 0.76-0.88 (3.6-5.5%) with a fresh process per trial. Nor is that level the
+huge pages a process gets or the VM's free-page reporting (2026-11-26, gpt, 5 x 5, each arm
+interleaved with plain fresh processes): with torch's ``THP_MEM_ALLOC_ENABLE=1`` the spread was
+3.6% against 2.6%; with this VM kernel's page reporting held off while the arm's trials ran
+(``/sys/module/page_reporting/parameters/min_free_ms`` at 10 minutes), 4.2% against 2.4%.
 
 ``--compare-wait`` measures each workload's first configuration under several OpenMP wait
 settings, idle and beside one busy process per core (guard off), to see what each costs idle

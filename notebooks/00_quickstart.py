@@ -20,7 +20,7 @@
 # jobs, store their measured speed, fit a Gaussian-process predictor of speed from the
 # configuration, and let Bayesian search pick the next jobs.
 #
-# Runtime: about 1.5 minutes on 2 CPU cores at the full budget (73 s measured); no GPU needed.
+# Runtime: about 2 minutes on 2 CPU cores at the full budget (114 s measured); no GPU needed.
 
 # %%
 import os
@@ -139,5 +139,9 @@ print(f"highest single measurement {top_config}: {top_value:,.0f} tokens/s")
 # measured in different campaigns agreed at a tau of 0.91-1.00. On a calmer day of the same VM
 # (2026-11-26, its reference speed steady within a few percent), 5 runs gave a tau of 0.76 to 0.94
 # (0.879, 0.758, 0.879, 0.848, 0.939), the same configuration in all 5 (25,500-25,800 tokens/s,
-# 1.58-1.61x), in 71-90 s each: what limits the ranking is how steady the machine is.
+# 1.58-1.61x), in 71-90 s each: what limits the ranking is how steady the machine is. Later that
+# day each trial was allowed 6 s of timing instead of 3 (most still stop sooner, once their
+# figure is known within 1.5%). 5 runs then gave 0.788, 0.848, 0.909, 0.848 and 0.818, against
+# 2 of 5 at 0.8 or more for 5 runs at 3 s interleaved with them. All 10 found the same
+# configuration (25,500-26,000 tokens/s, 1.56-1.64x); a run took 93-125 s.
 # Your numbers are in the table and figure above: measured on your machine, not copied.

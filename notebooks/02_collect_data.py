@@ -173,6 +173,10 @@ store.close()
 #   alternately in fresh processes and in one long-lived process spread 3.5% and 1.7%
 #   (`measure_repeatability.py --compare-process`). No reference timed inside the trial sees that
 #   level.
+# - It is not the huge pages a process gets, nor the VM giving freed memory back to its host.
+#   With torch's huge-page allocation (`THP_MEM_ALLOC_ENABLE=1`), or with the guest's free-page
+#   reporting held off, fresh processes spread as much (3.6% and 4.2%, against 2.6% and 2.4%
+#   for the same configurations measured alongside them as usual).
 #
 # So measure twice what you must tell apart by less than about 5%. bf16 was 1.55x faster than
 # fp32 at micro-batch 16 on this CPU, and full recomputation cost 17%.
