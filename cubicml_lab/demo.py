@@ -35,8 +35,11 @@ __all__ = ["DEFAULT_CONFIG", "DEMO_MEASURE", "cpu_fp32_flop_cost", "demo_prior",
 #: 6 s (4 of 5 at 0.8 or more) against 0.788, 0.879, 0.727, 0.727, 0.818 at 3 s (2 of 5); the
 #: trials' median stored CI was 1.4% against 1.9% (over 3% in 10% of them against 32%), a trial
 #: took 7.7 s against 7.5 s at the median, a campaign 94-125 s against 86-102 s, and all 10 found
-#: the same best configuration. To compare again: change this line, then
-#: ``benchmarks/ab_revisions.py --base HEAD --demo 5``.
+#: the same best configuration. 5 runs of ``cubicml-lab demo`` at 6 s right after gave 0.692,
+#: 0.727, 0.697, 0.909 and 0.848 (the first three while the machine drifted more: the factor
+#: correcting a trial for the machine's speed varied by a standard deviation of 7-12% across
+#: their trials, against 5-6%), 4 of them the same configuration. To compare again:
+#: change this line, then ``benchmarks/ab_revisions.py --base HEAD --demo 5``.
 DEMO_MEASURE: dict[str, Any] = {"max_time_s": 6.0, "warmup_max_s": 3.0}
 
 

@@ -143,5 +143,6 @@ print(f"highest single measurement {top_config}: {top_value:,.0f} tokens/s")
 # day each trial was allowed 6 s of timing instead of 3 (most still stop sooner, once their
 # figure is known within 1.5%). 5 runs then gave 0.788, 0.848, 0.909, 0.848 and 0.818, against
 # 2 of 5 at 0.8 or more for 5 runs at 3 s interleaved with them. All 10 found the same
-# configuration (25,500-26,000 tokens/s, 1.56-1.64x); a run took 93-125 s.
+# configuration (25,500-26,000 tokens/s, 1.56-1.64x); a run took 93-125 s. 5 more runs at 6 s
+# right after, while the machine drifted more, gave 0.69 to 0.91 (2 of 5 at 0.8 or more).
 # Your numbers are in the table and figure above: measured on your machine, not copied.
