@@ -642,6 +642,11 @@ def test_a_contended_trial_is_counted_and_named_wherever_the_campaign_shows_its_
                          hardware={})
     line = format_trial(7, camp.space, {**cfg, "micro_batch": 4}, result, "throughput")
     assert "contended" in line and "not trusted" in line
+    assert "±2.0%" in line  # no throughput_rel_ci: the step time's CI
+    told = TrialResult(status="ok", metrics={**result.metrics, "throughput_rel_ci": 0.014},
+                       hardware={})
+    assert "900 units/s ±1.4%" in format_trial(7, camp.space, {**cfg, "micro_batch": 4}, told,
+                                                 "throughput")
     clean = TrialResult(status="ok", metrics={**result.metrics, "contended": 0.0}, hardware={})
     assert "contended" not in format_trial(7, camp.space, {**cfg, "micro_batch": 4}, clean,
                                            "throughput")
