@@ -137,8 +137,8 @@ class TrialResult:
     def _facts(self) -> list[tuple[str, Any]]:
         m = self.metrics
         facts: list[tuple[str, Any]] = [("status", self.status)]
-        for key in ("tokens_per_s", "samples_per_s", "step_time_s", "step_time_rel_ci",
-                    "peak_mem_gib", "achieved_tflops", "mfu"):
+        for key in ("tokens_per_s", "samples_per_s", "throughput_rel_ci", "step_time_s",
+                    "step_time_rel_ci", "peak_mem_gib", "achieved_tflops", "mfu"):
             if key in m:
                 facts.append((key, m[key]))
         if m.get("contended"):

@@ -108,9 +108,10 @@ def test_trial_result_checks_its_status() -> None:
 
 def test_trial_result_shows_itself():
     ok = TrialResult(status="ok", metrics={"tokens_per_s": 12345.6, "step_time_s": 0.01,
-                                           "peak_mem_gib": 0.5}, hardware={}, workload="gpt",
-                     config={"micro_batch": 4})
+                                           "peak_mem_gib": 0.5, "throughput_rel_ci": 0.014},
+                     hardware={}, workload="gpt", config={"micro_batch": 4})
     assert "tokens_per_s: 12345.6" in str(ok) and "micro_batch=4" in str(ok)
+    assert "throughput_rel_ci: 0.014" in str(ok)  # the figure's own CI, beside the figure
     assert "12,346" in ok._repr_html_() and "gpt" in ok._repr_html_()
     bad = TrialResult(status="oom", metrics={}, hardware={}, error="Traceback\nMemoryError: <x>")
     assert "MemoryError: &lt;x&gt;" in bad._repr_html_() and "error: MemoryError" in str(bad)
