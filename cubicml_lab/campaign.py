@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, Any
 
 from .campaign_view import CampaignView
 from .errors import ConfigError, LaunchError, SearchError, SpaceError, StoreError
-from .trials import TrialResult
+from .trials import TrialResult, is_contended
 from .search.proposal import Proposal
 from .space import Space
 from .store import FINAL_STATUSES, Trial, TrialStore
@@ -104,7 +104,7 @@ def format_trial(trial_id: int, space: Space, config: Mapping[str, Any], result:
             spread = m.get("step_time_rel_ci", math.nan)
         step = m.get("step_time_s", math.nan)
         flag = ("  [contended: other work shared the cores; not trusted]"
-                if m.get("contended", 0) > 0 else "")
+                if is_contended(m) else "")
         return (f"trial {trial_id:>3}  ok       {shown} ±{100 * spread:.1f}%  "
                 f"step {step:.3f} s  {knobs}{flag}")
     reason = (result.error or "").strip().splitlines()

@@ -20,6 +20,7 @@ import statistics
 from typing import TYPE_CHECKING, Any
 
 from .errors import SearchError
+from .trials import is_contended
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -72,7 +73,7 @@ class CampaignView:
         if not ok:
             raise SearchError(f"campaign {self.name!r} has no successful trial yet",
                               hint="run it, or look at the errors with campaign.dataframe()")
-        clean = [t for t in ok if not t.metrics.get("contended", 0) > 0]
+        clean = [t for t in ok if not is_contended(t.metrics)]
         ok = clean or ok
         pick = max if direction == "maximize" else min
         best = pick(ok, key=lambda t: t.metrics[self.objective])
@@ -104,7 +105,7 @@ class CampaignView:
         by_status: dict[str, int] = {}
         for t in trials:
             by_status[t.status] = by_status.get(t.status, 0) + 1
-        contended = sum(t.status == "ok" and t.metrics.get("contended", 0) > 0 for t in trials)
+        contended = sum(t.status == "ok" and is_contended(t.metrics) for t in trials)
         try:
             best_config, best = self.best()
         except SearchError:

@@ -41,6 +41,7 @@ from typing import Any
 from .errors import ConfigError, MeasurementError
 
 __all__ = ["FINISHED", "STATUSES", "Trial", "TrialResult", "dumps", "failure_result",
+           "is_contended",
            "json_safe", "restore", "run_trial"]
 
 #: Every trial status, in lifecycle order.
@@ -53,6 +54,13 @@ _OOM_TEXT = ("out of memory", "can't allocate memory", "cannot allocate memory")
 
 
 # -- the JSON codec ---------------------------------------------------------------------------
+def is_contended(metrics: Mapping[str, Any]) -> bool:
+    """Whether the contention guard flagged this measurement (``metrics["contended"]`` > 0:
+    other work shared the cores while it was timed, so its figure is not to be trusted)."""
+    flag = metrics.get("contended", 0)
+    return isinstance(flag, (int, float)) and flag > 0
+
+
 def json_safe(value: Any) -> Any:
     """``value`` with non-finite floats replaced by ``"NaN"``, ``"Infinity"``, ``"-Infinity"``
     (mappings and sequences walked; keys made strings), ready for strict JSON."""
@@ -141,7 +149,7 @@ class TrialResult:
                     "step_time_rel_ci", "peak_mem_gib", "achieved_tflops", "mfu"):
             if key in m:
                 facts.append((key, m[key]))
-        if m.get("contended"):
+        if is_contended(m):
             facts.append(("contended", f"yes: {m.get('contended_windows', 0):.0f} windows shared "
                                        "the CPU; the figures are not to be trusted"))
         if self.config:

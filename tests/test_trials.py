@@ -115,3 +115,11 @@ def test_trial_result_shows_itself():
     assert "12,346" in ok._repr_html_() and "gpt" in ok._repr_html_()
     bad = TrialResult(status="oom", metrics={}, hardware={}, error="Traceback\nMemoryError: <x>")
     assert "MemoryError: &lt;x&gt;" in bad._repr_html_() and "error: MemoryError" in str(bad)
+
+
+def test_is_contended_reads_the_guards_flag_and_nothing_else():
+    from cubicml_lab.trials import is_contended
+
+    assert is_contended({"contended": 1.0}) and is_contended({"contended": True})
+    assert not any(is_contended(m) for m in ({}, {"contended": 0.0}, {"contended": None},
+                                            {"contended": float("nan")}, {"contended": "yes"}))

@@ -15,6 +15,7 @@ from ..campaign import Campaign
 from ..campaign_view import status_counts
 from ..errors import CubicMLError
 from ..store import FINAL_STATUSES, Trial, TrialStore
+from ..trials import is_contended
 from ._common import _FONT, _GREY, _error_html, _guard, _interval, _knobs, _set_png, _text, _unit
 
 if TYPE_CHECKING:
@@ -232,7 +233,7 @@ class CampaignDashboard(W.VBox):
             p = self._ran.get(t.id) or self._running.get(t.id)
             predicted = "" if p is None or p.predicted is None else fmt(p.predicted)
             note = (t.error or "").strip().splitlines()[-1][:60] if t.error else ""
-            flagged = t.status == "ok" and t.metrics.get("contended", 0) > 0
+            flagged = t.status == "ok" and is_contended(t.metrics)
             rows.append([t.id, "ok, contended" if flagged else t.status,
                          *(t.config.get(n) for n in names),
                          t.metrics.get(obj, ""), predicted,
