@@ -91,7 +91,8 @@ def format_trial(trial_id: int, space: Space, config: Mapping[str, Any], result:
                  objective: str) -> str:
     """One line per finished trial: id, status, objective with its 95% CI, step time and the
     searched knobs. The CI is the stored figure's (``{objective}_rel_ci``: for a CPU trial, of
-    the windows corrected for the machine's speed), else the raw step time's."""
+    the windows corrected for the machine's speed), where it has none the raw step time's;
+    ``±?`` when it is unknown (a figure from a single window)."""
     knobs = " ".join(f"{n}={config[n]}" for n in space.names)
     if result.status == "ok":
         m = result.metrics
@@ -99,13 +100,13 @@ def format_trial(trial_id: int, space: Space, config: Mapping[str, Any], result:
         value = m.get(objective, math.nan)
         shown = (f"{value:>12,.0f} {unit}" if objective == "throughput"
                  else f"{objective}={value:.4g}")
-        spread = m.get(f"{objective}_rel_ci", math.nan)
-        if not (isinstance(spread, (int, float)) and math.isfinite(spread)):
-            spread = m.get("step_time_rel_ci", math.nan)
+        spread = m.get(f"{objective}_rel_ci", m.get("step_time_rel_ci", math.nan))
+        ci = (f"±{100 * spread:.1f}%" if isinstance(spread, (int, float))
+              and math.isfinite(spread) else "±?")  # unknown: a single window
         step = m.get("step_time_s", math.nan)
         flag = ("  [contended: other work shared the cores; not trusted]"
                 if is_contended(m) else "")
-        return (f"trial {trial_id:>3}  ok       {shown} ±{100 * spread:.1f}%  "
+        return (f"trial {trial_id:>3}  ok       {shown} {ci}  "
                 f"step {step:.3f} s  {knobs}{flag}")
     reason = (result.error or "").strip().splitlines()
     short = reason[-1][:80] if reason else ""

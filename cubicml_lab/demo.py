@@ -11,7 +11,6 @@ speed-up of the best configuration is measured against a real run, not a guess.
 
 from __future__ import annotations
 
-import math
 import os
 import time
 from pathlib import Path
@@ -167,8 +166,9 @@ def predictor_report(df: pd.DataFrame, space: Space, objective: str = "throughpu
     if observed_noise:
         from .search.bayesian import observed_noise as told_noise
 
+        # a NaN CI stays: unknown (a single window), as the search is told it
         told = [{k: float(v) for k, v in row.items() if isinstance(v, (int, float))
-                 and not isinstance(v, bool) and math.isfinite(v)} for _, row in ok.iterrows()]
+                 and not isinstance(v, bool)} for _, row in ok.iterrows()]
         noise, _ = told_noise(told, objective)
     cv = cross_val_predict(lambda: GPPredictor(space, objective, seed=seed, **gp_options),
                            configs, values, folds="loo", seed=seed, noise=noise)

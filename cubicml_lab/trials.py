@@ -148,7 +148,10 @@ class TrialResult:
         for key in ("tokens_per_s", "samples_per_s", "throughput_rel_ci", "step_time_s",
                     "step_time_rel_ci", "peak_mem_gib", "achieved_tflops", "mfu"):
             if key in m:
-                facts.append((key, m[key]))
+                n = m.get("windows", 0)
+                unknown = key.endswith("_rel_ci") and not math.isfinite(m[key])
+                facts.append((key, f"unknown ({n:.0f} window{'' if n == 1 else 's'}: too few "
+                                   "for a CI)" if unknown else m[key]))
         if is_contended(m):
             facts.append(("contended", f"yes: {m.get('contended_windows', 0):.0f} windows shared "
                                        "the CPU; the figures are not to be trusted"))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import sys
 
 import pytest
@@ -647,6 +648,10 @@ def test_a_contended_trial_is_counted_and_named_wherever_the_campaign_shows_its_
                        hardware={})
     assert "900 units/s ±1.4%" in format_trial(7, camp.space, {**cfg, "micro_batch": 4}, told,
                                                  "throughput")
+    unknown = TrialResult(status="ok", metrics={**result.metrics, "throughput_rel_ci": math.nan},
+                          hardware={})  # one window: no CI, and not the step time's either
+    assert "900 units/s ±?  step" in format_trial(7, camp.space, {**cfg, "micro_batch": 4},
+                                                  unknown, "throughput")
     clean = TrialResult(status="ok", metrics={**result.metrics, "contended": 0.0}, hardware={})
     assert "contended" not in format_trial(7, camp.space, {**cfg, "micro_batch": 4}, clean,
                                            "throughput")

@@ -231,6 +231,9 @@ def test_observed_noise_and_contended_trials_enter_the_gp(space):
     s.tell(cfgs[2], {"throughput": 90.0, "throughput_rel_ci": 0.04, "contended": True})
     configs, values, rel = s._gp_data()
     assert len(configs) == 3 and rel.tolist() == [0.02, 0.03, 0.1]
+    s.tell(cfgs[3], {"throughput": 95.0, "throughput_rel_ci": math.nan})  # one window: unknown
+    s.tell(cfgs[4], {"throughput": 97.0, "throughput_rel_ci": 0.05})
+    assert s._gp_data()[2].tolist() == [0.02, 0.04, 0.1, 0.05, 0.05]  # the largest known
     s.ask()
     assert s.last_ask_info["phase"] == "bo" and s.predictor._fixed_noise
     # contended without any spread told: left out of the objective GP while 2 others remain

@@ -508,6 +508,29 @@ def test_summarize_arithmetic() -> None:
     assert all(isinstance(v, float) for v in m.values())
 
 
+@pytest.mark.parametrize("corrected", [False, True])
+def test_a_figure_from_one_window_has_an_unknown_ci_not_zero(corrected) -> None:
+    """One window (a long step, or a trial whose budget ran out) or one reference sample
+    carries no spread: the figure's CI is NaN (the search then treats it as the noisiest of its
+    campaign), not the 0 an interquartile range of one value gives; two windows give one."""
+    def timing(times: list[float], refs: list[float]) -> Timing:
+        return Timing(step_times_s=times, warmup_steps=1, warmup_step_times_s=[0.2],
+                      steps_per_window=1, steps_timed=len(times), windows=len(times),
+                      median_step_time_s=sorted(times)[len(times) // 2], rel_spread=0.0,
+                      rel_ci=math.inf, target_met=False, outlier_steps=0,
+                      stop_reason="max_time", elapsed_s=1.0, reference_times_s=refs)
+
+    nominal = 100.0 if corrected else None
+    one = summarize(timing([0.2], [0.01, 0.011]), 1.0, 1.0, None, reference_nominal=nominal)
+    assert math.isnan(one["throughput_rel_ci"]) and one["throughput_log_var"] > 0.05
+    assert one["drift_corrected"] == float(corrected)
+    two = summarize(timing([0.2, 0.22], [0.01, 0.011]), 1.0, 1.0, None,
+                    reference_nominal=nominal)
+    assert 0 < two["throughput_rel_ci"] < 0.2
+    one_ref = summarize(timing([0.2, 0.22], [0.01]), 1.0, 1.0, None, reference_nominal=nominal)
+    assert math.isnan(one_ref["throughput_rel_ci"]) == corrected
+
+
 # ------------------------------------------------------------------------------ hardware
 def test_hardware_info_on_cpu() -> None:
     import torch

@@ -113,6 +113,10 @@ def test_trial_result_shows_itself():
     assert "tokens_per_s: 12345.6" in str(ok) and "micro_batch=4" in str(ok)
     assert "throughput_rel_ci: 0.014" in str(ok)  # the figure's own CI, beside the figure
     assert "12,346" in ok._repr_html_() and "gpt" in ok._repr_html_()
+    one = TrialResult(status="ok", metrics={**ok.metrics, "throughput_rel_ci": float("nan"),
+                                            "windows": 1.0}, hardware={})
+    assert "throughput_rel_ci: unknown (1 window: too few for a CI)" in str(one)
+    assert "unknown (1 window:" in one._repr_html_() and "nan" not in one._repr_html_()
     bad = TrialResult(status="oom", metrics={}, hardware={}, error="Traceback\nMemoryError: <x>")
     assert "MemoryError: &lt;x&gt;" in bad._repr_html_() and "error: MemoryError" in str(bad)
 

@@ -139,7 +139,8 @@ class Searcher:
     @property
     def history(self) -> list[dict[str, Any]]:
         """Every told trial in order: ``{"config", "status", "value", "values"}`` (value: the
-        objective, None unless ok; values: every finite number told with it)."""
+        objective, None unless ok; values: every finite number told with it, and inf for a CI
+        that could not be measured)."""
         return [{"config": dict(h["config"]), "status": h["status"], "value": h["value"],
                  "values": dict(h["values"])} for h in self._history]
 
@@ -336,9 +337,10 @@ class Searcher:
             values: Metrics of the trial (metric name -> number), or None. With status "ok"
                 ``values[objective]`` must be a finite number (and > 0 for searchers that model
                 the log objective). Other entries that are not finite numbers (NaN, text,
-                lists) are kept out of the history; a bool or an int too large for a float is
-                refused wherever it is, except a flag of :data:`FLAG_METRICS` (``contended``),
-                kept as 1.0 / 0.0.
+                lists) are kept out of the history, but a CI (``*_rel_ci``) NaN or inf, kept as
+                inf: unknown, a figure from a single window. A bool or an int too large for
+                a float is refused wherever it is, except a flag of :data:`FLAG_METRICS`
+                (``contended``), kept as 1.0 / 0.0.
             status: One of "ok", "oom", "failed", "timeout".
 
         Raises:
@@ -419,7 +421,8 @@ class Searcher:
 
 
 def _told_numbers(values: object) -> dict[str, float]:
-    """The finite numbers among a told trial's ``values`` (metric name -> float).
+    """The finite numbers among a told trial's ``values`` (metric name -> float); a CI
+    (``*_rel_ci``) that is NaN or inf, unknown, is kept as inf.
 
     Raises:
         SearchError: If ``values`` is neither a mapping nor None, or holds a bool or an int too
@@ -448,4 +451,6 @@ def _told_numbers(values: object) -> dict[str, float]:
                                   hint="tell it in a larger unit, or as a float") from None
             if math.isfinite(value):
                 out[str(name)] = value
+            elif str(name).endswith("_rel_ci"):  # a figure's CI that could not be measured
+                out[str(name)] = math.inf
     return out

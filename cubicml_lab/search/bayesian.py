@@ -69,7 +69,8 @@ history helps from the first trial, unrelated history is caught after a few.
 
 **Observed noise.** With ``noise_metric`` None the search reads each ok trial's relative spread
 from ``"<objective>_rel_ci"``, ``"throughput_rel_ci"`` or ``"step_time_rel_ci"`` (the first that
-any trial carries; a trial without it takes the median of the others) and passes it to the GP as
+any trial carries; a trial without it takes the median of the others, one whose spread is
+unknown, NaN or inf, from a single window, the largest of the others) and passes it to the GP as
 fixed per-trial noise; a trial told with ``contended`` > 0 (a measurement taken while something
 else used the machine; ``True`` is accepted) gets at least ``CONTENDED_REL_NOISE`` (10 %). When
 no trial carries a spread, contended trials are left out of the objective's GP (while 2 others
@@ -155,7 +156,8 @@ def observed_noise(metrics: Sequence[Mapping[str, float]], objective: str = "thr
         noise_metric: A metric every trial must carry, read instead; None picks as above.
 
     Returns:
-        ``(rel, keep)``: n relative spreads (contended trials at least
+        ``(rel, keep)``: n relative spreads (absent: the median of the known ones; NaN or
+        inf, unknown: the largest; contended trials at least
         :data:`CONTENDED_REL_NOISE`), or None to let the GP infer one noise level; and a boolean
         mask of the trials to fit on (all of them, but the contended ones where no trial carries
         a spread and at least 2 others remain).
@@ -170,12 +172,15 @@ def observed_noise(metrics: Sequence[Mapping[str, float]], objective: str = "thr
         None)
     contended = np.array([v.get(CONTENDED_METRIC, 0.0) > 0 for v in metrics], dtype=bool)
     keep = np.ones(len(metrics), dtype=bool)
-    if metric is not None and any(metric in v for v in metrics):
-        known = [max(v[metric], 0.0) for v in metrics if metric in v]
-        if noise_metric is not None and len(known) < len(metrics):
+    told = [v.get(metric, math.nan) if metric is not None else math.nan for v in metrics]
+    known = [max(float(x), 0.0) for x in told if math.isfinite(x)]
+    if known:
+        if noise_metric is not None and any(noise_metric not in v for v in metrics):
             return None, keep  # an explicit metric missing on some trial: infer one level
-        fill = float(np.median(known))
-        rel = np.array([max(v.get(metric, fill), 0.0) for v in metrics], dtype=np.float64)
+        fill, unknown = float(np.median(known)), max(known)  # absent; present but unknown
+        rel = np.array([max(float(x), 0.0) if math.isfinite(x)
+                        else (unknown if metric in v else fill)
+                        for x, v in zip(told, metrics)], dtype=np.float64)
         rel[contended] = np.maximum(rel[contended], CONTENDED_REL_NOISE)
         return rel, keep
     if contended.any() and (~contended).sum() >= 2:

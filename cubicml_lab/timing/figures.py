@@ -11,7 +11,7 @@ from functools import lru_cache
 
 __all__ = ["CONTENDED_LOG_VAR", "DRIFT_CORRECTED_DEFAULT", "DRIFT_EXPONENT", "REPEAT_LOG_SD",
            "Timing", "UNTRUSTED_LOG_VAR", "guard_metrics", "median_rel_ci", "quantile",
-           "reference_metrics", "summarize"]
+           "reference_metrics", "spread_rel_ci", "summarize"]
 
 
 # ------------------------------------------------------------------------------ statistics
@@ -36,6 +36,21 @@ def _median_ci_rank(n: int) -> int:
             break
         rank = j + 1
     return rank
+
+
+def spread_rel_ci(x: list[float]) -> float:
+    """A figure's relative 95% CI over its windows ``x``: :func:`median_rel_ci` with 6 or more;
+    with 2-5, their interquartile range over their median (a rough stand-in: too few for a
+    CI); with fewer, NaN: unknown. One window's spread is not zero, it is not measured; a zero
+    here would tell the search that the figure is exact."""
+    if len(x) < 2:
+        return math.nan
+    ci = median_rel_ci(x)
+    if math.isfinite(ci):
+        return ci
+    s = sorted(x)
+    med = quantile(s, 0.5)
+    return (quantile(s, 0.75) - quantile(s, 0.25)) / med if med > 0 else math.nan
 
 
 def median_rel_ci(x: list[float]) -> float:
@@ -192,9 +207,9 @@ def reference_metrics(timing: Timing) -> dict[str, float]:
             **gate}
 
 
-def _rel_ci(timing: Timing, ref: dict[str, float] | None) -> float:
-    """95% CI half-width over the figure: the windows' (their IQR / median when too few for a
-    CI), combined with the reference's when the figure is drift-corrected (``ref``).
+def _rel_ci(timing: Timing, corrected: bool) -> float:
+    """95% CI half-width over the figure: the windows' (:func:`spread_rel_ci`), combined with
+    the reference samples' when the figure is drift-corrected; NaN where either is unknown.
 
     Tried and not kept (2026-11-26): when the speed-state gate gave up (windows off the usual
     speed kept), also combining the distance ``|log(reference_speed / reference_usual)|`` (7-25%
@@ -203,11 +218,9 @@ def _rel_ci(timing: Timing, ref: dict[str, float] | None) -> float:
     trial's CI as noise ranked them by leave-one-out no better: Kendall tau with the demo's prior
     0.818, 0.848, 0.848, 0.788, 0.788 as is, 0.758, 0.818, 0.848, 0.788, 0.788 with it.
     """
-    ci = timing.rel_ci if math.isfinite(timing.rel_ci) else timing.rel_spread
-    if ref is not None:
-        rci = ref["reference_rel_ci"]
-        rci = rci if math.isfinite(rci) else ref["reference_rel_spread"]
-        ci = math.hypot(ci, DRIFT_EXPONENT * rci)
+    ci = spread_rel_ci(timing.step_times_s)
+    if corrected:  # NaN (unknown) stays NaN
+        ci = math.hypot(ci, DRIFT_EXPONENT * spread_rel_ci(timing.reference_times_s))
     return ci
 
 
@@ -277,8 +290,9 @@ def summarize(timing: Timing, units_per_step: float, flops_per_step: float,
         ratio; comparable between trials whose references have the same size,
         ``metrics["reference_rows"]``; NaN without a reference),
         ``throughput_rel_ci`` (95% CI half-width of ``throughput`` over it: the windows' and,
-        when corrected, the reference's), ``throughput_log_var`` (observed-noise variance of
-        log ``throughput``, for a GP: ``(rel_ci / 1.96)**2 + REPEAT_LOG_SD**2``, at least
+        when corrected, the reference's; NaN, unknown, from a single window or reference
+        sample), ``throughput_log_var`` (observed-noise variance of log ``throughput``, for a
+        GP: ``(rel_ci / 1.96)**2 + REPEAT_LOG_SD**2`` (an unknown CI as 0.5 / 1.96), at least
         ``CONTENDED_LOG_VAR`` or ``UNTRUSTED_LOG_VAR`` when flagged), ``throughput_per_device,
         achieved_tflops (TFLOP/s, all devices), peak_tflops (one device; NaN if unknown), mfu
         (0-1), n_devices, measure_s``, plus :func:`guard_metrics` and
@@ -300,11 +314,9 @@ def summarize(timing: Timing, units_per_step: float, flops_per_step: float,
     throughput = units_per_step / t if t > 0 else math.nan
     achieved = flops_per_step / t if t > 0 else math.nan
     if corrected and per_window:  # the corrected windows carry the reference's noise
-        rel_ci = median_rel_ci(per_window)
-        if not math.isfinite(rel_ci):  # too few for a CI: their IQR / median, as _rel_ci does
-            rel_ci = (quantile(per_window, 0.75) - quantile(per_window, 0.25)) / t_corr
+        rel_ci = spread_rel_ci(per_window)
     else:
-        rel_ci = _rel_ci(timing, ref if corrected else None)
+        rel_ci = _rel_ci(timing, corrected)
     out = {"step_time_s": t, "step_time_raw_s": t_raw, "step_time_rel_spread": timing.rel_spread,
            "step_time_rel_ci": timing.rel_ci, "steps_timed": float(timing.steps_timed),
            "warmup_steps": float(timing.warmup_steps), "windows": float(timing.windows),
