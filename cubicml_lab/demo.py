@@ -216,8 +216,10 @@ def run_demo(budget: int = 14, store: str | os.PathLike[str] = "data/demo.sqlite
           f"trials; store {store}; campaign {name!r}")
     print(f"default configuration (trial 1): {DEFAULT_CONFIG}")
     flop_cost = cpu_fp32_flop_cost()
-    print(f"cost model: an fp32 FLOP costs {flop_cost:.1f}x a bf16 FLOP here "
-          "(this CPU's matmul rates)")
+    dear, cheap, ratio = (("fp32", "bf16", flop_cost) if flop_cost >= 1
+                          else ("bf16", "fp32", 1 / flop_cost))
+    print(f"cost model: a{'n' if dear == 'fp32' else ''} {dear} FLOP costs {ratio:.3g}x "
+          f"a{'n' if cheap == 'fp32' else ''} {cheap} FLOP here (this CPU's matmul rates)")
     prior = demo_prior(flop_cost)
     search = BayesianSearch(space, objective="throughput", seed=seed, **prior)
     trial_store = TrialStore(store)

@@ -600,6 +600,19 @@ def test_cpu_peak_flops_is_measured_once_then_read_from_the_cache(tmp_path, monk
     assert device_peak_flops("cpu", "fp32") == 1234.5, "the second call must read the file"
 
 
+def test_the_peak_benchmark_shrinks_its_matmuls_where_a_dtype_is_slow() -> None:
+    """bf16 on a CPU without bf16 kernels ran at 0.74 GFLOP/s (2.9 s per 1024-square matmul,
+    about 20 s of benchmark): the matmul shrinks to about a tenth of the 0.5 s; a fast dtype
+    keeps 1024."""
+    from cubicml_lab.hardware.machine import _bench_size
+
+    assert _bench_size(1 / 68e9, 1024, 0.5) == 1024  # fp32 on that CPU: 32 ms per matmul
+    slow = _bench_size(1 / 0.74e9, 1024, 0.5)
+    assert slow % 64 == 0 and 128 <= slow < 1024
+    assert 0.02 < 2.0 * slow**3 / 0.74e9 <= 0.05  # about a tenth of the 0.5 s, not 2.9 s
+    assert _bench_size(1e-3, 1024, 0.5) == 128  # never below 128
+
+
 def test_importing_timing_loads_no_torch() -> None:
     code = "import sys, cubicml_lab.timing; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)

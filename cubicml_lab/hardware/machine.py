@@ -268,12 +268,33 @@ def locked_json_cache(name: str) -> Iterator[dict[str, Any]]:
             os.replace(tmp, path)
 
 
+def _bench_size(per_flop: float, n: int, seconds: float) -> int:
+    """The side of the benchmark's matmuls: ``n``, or where one would take longer than a fifth
+    of ``seconds`` at ``per_flop`` seconds per FLOP, the multiple of 64 (at least 128) whose
+    matmul takes about a tenth."""
+    if per_flop * 2.0 * n**3 <= seconds / 5:
+        return n
+    return max(128, int((seconds / 10 / per_flop / 2.0) ** (1 / 3)) // 64 * 64)
+
+
 def _bench_matmul_flops(precision: str, n: int = 1024, seconds: float = 0.5) -> float:
-    """Best FLOP/s of ``n x n`` matmuls over 5 slices of ``seconds``, current torch threads."""
+    """Best FLOP/s of ``n x n`` matmuls over 5 slices of ``seconds``, current torch threads.
+
+    Where one such matmul would take more than a slice (a dtype this CPU has no fast kernel
+    for: bf16 ran at 0.74 GFLOP/s against 68 in fp32 on a 2-core AVX2-only EPYC, 2.9 s per
+    1024-square matmul, so the benchmark took about 20 s), ``n`` shrinks (a multiple of 64, at
+    least 128) until one fits in half a slice, as a 256-square probe predicts."""
     import torch
 
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision, torch.float32)
     gen = torch.Generator().manual_seed(0)
+    probe = torch.randn(256, 256, generator=gen).to(dtype)
+    times = []
+    for _ in range(4):
+        t0 = time.perf_counter()
+        torch.mm(probe, probe)
+        times.append(time.perf_counter() - t0)
+    n = _bench_size(min(times[1:]) / (2.0 * 256**3), n, seconds)
     a, b = (torch.randn(n, n, generator=gen).to(dtype) for _ in range(2))
     c = torch.empty(n, n, dtype=dtype)
     for _ in range(2):
@@ -292,7 +313,8 @@ def device_peak_flops(device: str = "cpu", precision: str = "fp32") -> float | N
     """Peak FLOP/s of one device at ``precision`` ("fp32", "tf32", "bf16", "fp16"), or None.
 
     CUDA: the datasheet table above for A100/H100/H200 (None for other GPUs, so MFU is NaN).
-    CPU: *measured*, not a datasheet figure: the best rate of 1024 x 1024 matmuls in that dtype
+    CPU: *measured*, not a datasheet figure: the best rate of 1024 x 1024 matmuls (smaller where
+    one would take over 0.1 s) in that dtype
     ("tf32" means fp32) over about 0.5 s with the current torch thread count, run once and cached
     in ``$CUBICML_LAB_CACHE_DIR/cpu_peak.json`` (default ``~/.cache/cubicml_lab``) keyed by CPU
     model, threads and precision. CPU MFU is therefore relative to what torch's own matmul
