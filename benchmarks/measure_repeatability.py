@@ -57,6 +57,14 @@ interleaved with plain fresh processes): with torch's ``THP_MEM_ALLOC_ENABLE=1``
 3.6% against 2.6%; with this VM kernel's page reporting held off while the arm's trials ran
 (``/sys/module/page_reporting/parameters/min_free_ms`` at 10 minutes), 4.2% against 2.4%.
 
+On a 2-core AVX2-only EPYC VM (2026-11-26; bf16 has no fast kernels there, so gpt's bf16
+configuration steps in 2.3 s), idle: median spread of the stored figure 10.1% (2 of 10 within 3%;
+gpt 0.9-14.6%, dlrm 6.9-14.2%, raw 8.2%), 12.4 s per measurement, the longest 47.9 s (the first
+trial ran the once-per-machine bf16 peak benchmark, about 20 s then, since shrunk to about 2 s);
+dlrm's slow repeats (-11 to -13%) came with references only 2-3% slow. ``--load`` on the same VM
+20 minutes later: its idle part spread 2.8% (5 of 10 within 3%), and 25 of 25 loaded trials were
+flagged.
+
 ``--compare-wait`` measures each workload's first configuration under several OpenMP wait
 settings, idle and beside one busy process per core (guard off), to see what each costs idle
 and how gracefully each degrades.

@@ -145,4 +145,16 @@ print(f"highest single measurement {top_config}: {top_value:,.0f} tokens/s")
 # 2 of 5 at 0.8 or more for 5 runs at 3 s interleaved with them. All 10 found the same
 # configuration (25,500-26,000 tokens/s, 1.56-1.64x); a run took 93-125 s. 5 more runs at 6 s
 # right after, while the machine drifted more, gave 0.69 to 0.91 (2 of 5 at 0.8 or more).
+#
+# On another 2-core EPYC VM, one without AVX-512 (2026-11-26, evening), the answer changed with
+# the CPU: its bf16 matmuls measured 32x slower than fp32 ones (it has no bf16 kernels; a bf16
+# step of micro-batch 16 took 2.3 s against 0.19 s), so the cost model priced bf16 out and the
+# search stayed in fp32. 6 runs each stopped after 7 trials, once the expected improvement had
+# stayed under 0.5% for 3 proposals, in 81-98 s; 5 found micro-batch 32, 2 heads, fp32, no
+# recomputation (11,044-11,245 tokens/s, 1.10-1.13x the default's 9,904-10,080: on this CPU
+# little beats the defaults), the sixth micro-batch 16, 4 heads (1.18x, from one trial measured
+# 12% above the same configuration elsewhere). Tau: 0.810, 0.905, 0.905, 0.905, 0.429, 0.238.
+# The two low runs each had one trial whose reference read 20-22% slow while the trial itself
+# ran 12-13% slow, so correcting it in full put it 9-12% too fast; with 7 trials, one such pair
+# of mistakes is enough (`cubicml_lab.timing.DRIFT_EXPONENT` records it).
 # Your numbers are in the table and figure above: measured on your machine, not copied.

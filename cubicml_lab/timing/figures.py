@@ -144,7 +144,16 @@ REPEAT_LOG_SD = 0.025
 #: ``benchmarks/measure_repeatability.py`` (10 configs x 5 fresh processes) median spread 11.5% at
 #: 1.0, 12.2% at 0.7, raw 17.2%, smaller at 1.0 for 7 of 10 configs. What one exponent cannot take
 #: out: how much a configuration feels the drift is still partly its own (slopes 0.33-1.53 in that
-#: run).
+#: run). Nor is it one figure per machine (2026-11-26, a 2-core AVX2-only EPYC VM, 6 demo
+#: campaigns, 41 trials of configurations measured in more than one campaign): their log raw
+#: figures followed their log reference speed with a slope of 0.62 (correlation 0.92; residual
+#: spread 1.5% at 0.5, 2.4% at 1.0, 3.5% raw); two trials whose reference read 20-22% slow while
+#: they ran 12-13% slow came out 9-12% too fast and ranked their campaigns at 0.43 and 0.24
+#: (rescored at 0.6: 0.91 and 0.91, 6 of 6 at 0.8 or more against 4 of 6). But the slope was 0.89
+#: over the first three campaigns and 0.53 over the last three, so an exponent learned from earlier
+#: trials would not have saved the later ones; and within a trial the windows against their
+#: neighbouring reference samples gave no usable slope (16 trials: per trial -6.7 to 12.3 with the
+#: sample before a window as instrument, 0.80 pooled by least squares, 1.59 by the instrument).
 DRIFT_EXPONENT = 1.0
 #: Whether the default figure (``throughput``, the searchers' default objective) is the
 #: drift-corrected one (``throughput_corrected``) or the raw one (``throughput_raw``).
