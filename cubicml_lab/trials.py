@@ -148,12 +148,11 @@ class TrialResult:
         for key in ("tokens_per_s", "samples_per_s", "throughput_rel_ci", "step_time_s",
                     "step_time_rel_ci", "peak_mem_gib", "achieved_tflops", "mfu"):
             if key in m:
-                n = m.get("windows", 0)
                 unknown = key.endswith("_rel_ci") and not math.isfinite(m[key])
-                facts.append((key, f"unknown ({n:.0f} window{'' if n == 1 else 's'}: too few "
-                                   "for a CI)" if unknown else m[key]))
+                facts.append((key, f"unknown ({_windows(m.get('windows'))}: too few for a CI)"
+                              if unknown else m[key]))
         if is_contended(m):
-            facts.append(("contended", f"yes: {m.get('contended_windows', 0):.0f} windows shared "
+            facts.append(("contended", f"yes: {_windows(m.get('contended_windows'))} shared "
                                        "the CPU; the figures are not to be trusted"))
         if self.config:
             facts.append(("config", ", ".join(f"{k}={v}" for k, v in self.config.items())))
@@ -377,6 +376,12 @@ def _build_and_time(workload: Any, config: dict[str, Any], options: Any, device:
                    model_params=float(built.model_params),
                    reference_rows=float(rows) if reference is not None else math.nan)
     return "ok", metrics, None
+
+
+def _windows(n: Any) -> str:
+    """``n`` timed windows in words: "1 window", "3 windows"."""
+    n = n if isinstance(n, (int, float)) and math.isfinite(n) else 0
+    return f"{n:.0f} window{'' if n == 1 else 's'}"
 
 
 def run_trial(spec: dict[str, Any]) -> TrialResult:

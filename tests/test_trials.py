@@ -117,6 +117,9 @@ def test_trial_result_shows_itself():
                                             "windows": 1.0}, hardware={})
     assert "throughput_rel_ci: unknown (1 window: too few for a CI)" in str(one)
     assert "unknown (1 window:" in one._repr_html_() and "nan" not in one._repr_html_()
+    flagged = TrialResult(status="ok", metrics={**one.metrics, "contended": 1.0,
+                                                "contended_windows": 1.0}, hardware={})
+    assert "contended: yes: 1 window shared the CPU" in str(flagged)
     bad = TrialResult(status="oom", metrics={}, hardware={}, error="Traceback\nMemoryError: <x>")
     assert "MemoryError: &lt;x&gt;" in bad._repr_html_() and "error: MemoryError" in str(bad)
 
