@@ -148,7 +148,8 @@ class TrialResult:
         for key in ("tokens_per_s", "samples_per_s", "throughput_rel_ci", "step_time_s",
                     "step_time_rel_ci", "peak_mem_gib", "achieved_tflops", "mfu"):
             if key in m:
-                unknown = key.endswith("_rel_ci") and not math.isfinite(m[key])
+                unknown = (key.endswith("_rel_ci") and isinstance(m[key], (int, float))
+                           and not math.isfinite(m[key]))
                 facts.append((key, f"unknown ({_windows(m.get('windows'))}: too few for a CI)"
                               if unknown else m[key]))
         if is_contended(m):
