@@ -53,7 +53,6 @@ NONFINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 _OOM_TEXT = ("out of memory", "can't allocate memory", "cannot allocate memory")
 
 
-# -- the JSON codec ---------------------------------------------------------------------------
 def is_contended(metrics: Mapping[str, Any]) -> bool:
     """Whether the contention guard flagged this measurement (``metrics["contended"]`` > 0:
     other work shared the cores while it was timed, so its figure is not to be trusted)."""
@@ -61,6 +60,7 @@ def is_contended(metrics: Mapping[str, Any]) -> bool:
     return isinstance(flag, (int, float)) and flag > 0
 
 
+# -- the JSON codec ---------------------------------------------------------------------------
 def json_safe(value: Any) -> Any:
     """``value`` with non-finite floats replaced by ``"NaN"``, ``"Infinity"``, ``"-Infinity"``
     (mappings and sequences walked; keys made strings), ready for strict JSON."""

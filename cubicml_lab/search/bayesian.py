@@ -104,6 +104,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..errors import PredictorError, SearchError
+from ..trials import is_contended
 from .base import Searcher
 from .history import HistoryModel
 from .proposal import Proposal
@@ -139,8 +140,6 @@ BO_P_FEASIBLE: float | None = 0.5
 PRIOR_MIN_DIFF = 2
 #: Told metrics read as a trial's relative spread (observed noise) when ``noise_metric`` is None.
 NOISE_METRICS = ("throughput_rel_ci", "step_time_rel_ci")
-#: A told metric > 0 that flags a measurement taken under contention.
-CONTENDED_METRIC = "contended"
 #: Relative spread assumed at least for a contended measurement (10 %).
 CONTENDED_REL_NOISE = 0.1
 
@@ -170,7 +169,7 @@ def observed_noise(metrics: Sequence[Mapping[str, float]], objective: str = "thr
     metric = noise_metric or next(
         (m for m in (f"{objective}_rel_ci", *NOISE_METRICS) if any(m in v for v in metrics)),
         None)
-    contended = np.array([v.get(CONTENDED_METRIC, 0.0) > 0 for v in metrics], dtype=bool)
+    contended = np.array([is_contended(v) for v in metrics], dtype=bool)
     keep = np.ones(len(metrics), dtype=bool)
     told = [v.get(metric, math.nan) if metric is not None else math.nan for v in metrics]
     known = [max(float(x), 0.0) for x in told if math.isfinite(x)]
@@ -879,7 +878,7 @@ class BayesianSearch(Searcher):
         except PredictorError:
             return self.best()
         ok = [h for h in self._history if h["status"] == "ok"]
-        clean = [h["config"] for h in ok if not h["values"].get(CONTENDED_METRIC, 0.0) > 0]
+        clean = [h["config"] for h in ok if not is_contended(h["values"])]
         seen: dict[Any, dict] = {}
         for c in clean or configs:  # measured under contention: no best (as Campaign.best())
             seen.setdefault(self.space.key(c), c)
