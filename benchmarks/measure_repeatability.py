@@ -41,7 +41,12 @@ Run (after ``cat /proc/loadavg``: the machine should be otherwise idle):
 ``--device cuda`` measures ``GPU_CONFIGS`` instead (steps of 5-80 ms on an H200), timed with CUDA
 events under the throttle guard, with no CPU reference (every drift column is NaN); on one H200,
 2026-11-26 (``benchmarks/gpu_check.sh``; rows in ``data/gpu_repeatability_h200.json``): spread
-0.2-2.0% across 3 fresh processes (median 0.7%), 12.1 s per measurement, none flagged.
+0.2-2.0% across 3 fresh processes (median 0.7%), 12.1 s per measurement, none flagged; on one
+H100 80GB HBM3, 2026-11-27 (``TESTS_TIMEOUT=270 REPEAT_TIMEOUT=235 bash benchmarks/gpu_check.sh
+all 2``; rows in ``data/gpu_repeatability_h100.json``): 0.0-0.7% across 2 (median 0.3%), 11.4 s
+per measurement (max 12.7), none flagged, the pairwise order of the 7 configurations the same in
+both repeats (tau 1.0); the bf16 gpt configurations again reached the power cap (SM clock down to
+1,755 MHz, ``sw_power_cap``, not a slowdown to the guard).
 
 ``--compare-process`` measures each configuration alternately in a fresh process and in the
 benchmark's own long-lived process (``cml.launch.InProcess``) and prints the spread of each. On
@@ -274,10 +279,14 @@ def report_idle(names: list[str], configs: dict[str, list[dict[str, Any]]],
           f"measurement (max {max(secs):.1f}); flagged {sum(x['contended'] == 1 for x in rows)}"
           f"/{len(rows)}")
     gated = [x for x in rows if x.get("drift_gated") == 1]
-    print(f"speed-state gate: {len(gated)}/{len(rows)} figures from windows at the machine's "
-          f"usual reference speed; "
-          f"{sum(x.get('offstate_windows') or 0 for x in rows):.0f} windows set aside in "
-          f"{sum((x.get('offstate_windows') or 0) > 0 for x in rows)} trials")
+    if not any(math.isfinite(x.get("reference_speed", math.nan)) for x in rows):
+        print("speed-state gate and drift correction: off (no reference workload measured: a "
+              "CPU one on the CPU only), so corr and full are NaN and dflt is raw")
+    else:
+        print(f"speed-state gate: {len(gated)}/{len(rows)} figures from windows at the machine's "
+              f"usual reference speed; "
+              f"{sum(x.get('offstate_windows') or 0 for x in rows):.0f} windows set aside in "
+              f"{sum((x.get('offstate_windows') or 0) > 0 for x in rows)} trials")
     report_slopes(names, configs, rows)
     for name in names:
         reps = sorted({x["repeat"] for x in rows})

@@ -32,7 +32,7 @@ def public() -> dict[str, datasets.Dataset]:
 
 
 def test_names_lists_public_tables_then_sweeps():
-    assert datasets.names() == [*FILES, "gpt_cpu_sweep", "dlrm_cpu_sweep"]
+    assert datasets.names() == [*FILES, "gpt_cpu_sweep", "dlrm_cpu_sweep", "gpt_h100_campaign"]
     assert cml.datasets is datasets
 
 
@@ -135,6 +135,24 @@ def test_missing_sweep_parquet_says_how_to_make_it(tmp_path, monkeypatch, name):
     assert datasets.default_data_dir() == tmp_path
     with pytest.raises(DataError, match="collect_cpu_sweeps"):
         datasets.load(name)
+
+
+def test_h100_campaign_ships_and_says_how_it_was_measured(tmp_path):
+    ds = datasets.load("gpt_h100_campaign")
+    assert ds.objective == "throughput" and set(ds.knobs) == {
+        "micro_batch", "n_heads", "precision", "recompute", "fused_optimizer"}
+    t = ds.table
+    assert (t["hw.gpu_name"] == "NVIDIA H100 80GB HBM3").all() and (t["hw.device"] == "cuda").all()
+    assert t["campaign"].nunique() == 2 and (t["status"] == "ok").all()
+    assert "benchmarks/gpu_campaign.py" in ds.source and "CUDA events" in ds.notes
+    assert "collect_cpu_sweeps" not in ds.notes  # the CPU sweeps' method is theirs
+    # each campaign starts at the default (fp32) and finds bf16 several times faster
+    first = t.groupby("campaign").head(1)
+    assert (first["precision"] == "fp32").all()
+    assert t["throughput"].max() > 4 * first["throughput"].max()
+    with pytest.raises(DataError) as info:  # elsewhere, the hint says where it comes from
+        datasets.load("gpt_h100_campaign", data_dir=tmp_path)
+    assert "gpu_campaign.py" in info.value.hint
 
 
 def test_missing_public_file_is_a_data_error(tmp_path):
