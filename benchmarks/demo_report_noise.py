@@ -1,15 +1,17 @@
-"""Does telling the GP each trial's measured noise rank a demo campaign better? Rescored offline.
+"""Does telling the GP each trial's measured noise, and learning the drift exponent, rank a demo
+campaign better? Rescored offline.
 
 Every demo campaign found in the given stores (SQLite trial stores or CSV exports; campaigns of
 ``demo_space()`` on the ``gpt`` workload with at least 6 ok trials, each counted once however
-many stores hold it) is scored twice by :func:`cubicml_lab.demo.predictor_report` with the demo's
-prior: leave-one-out over its ok trials, the GP told each trial's noise as ``BayesianSearch``
-tells its own (``observed_noise=True``, the default) and the GP inferring one noise level
-(``observed_noise=False``). It prints each campaign's two Kendall taus and MAPEs, then the mean
-tau of each, how many campaigns rank higher or lower told the noise, and how many reach a tau of
-0.8 (the demo's target) each way. The stores are only read.
+many stores hold it) is scored three times by :func:`cubicml_lab.demo.predictor_report` with the
+demo's prior, leave-one-out over its ok trials: as the search ranks (the default: the GP told
+each trial's noise and learning how much of the drift correction to keep), on the stored figures
+(``learn_drift=False``), and inferring one noise level (``observed_noise=False``). It prints
+each campaign's Kendall taus and MAPEs and the learned exponent, then per arm the mean tau and
+how many reach 0.8 (the demo's target), and how many campaigns rank higher or lower by default.
+The stores are only read.
 
-Run (each stored campaign takes ~10 s on 2 cores):
+Run (each stored campaign takes ~30 s on 2 cores):
     .venv/bin/python benchmarks/demo_report_noise.py data/demo.sqlite
     .venv/bin/python benchmarks/demo_report_noise.py data/demo_trials.csv /tmp/*/demo.sqlite
 """
@@ -67,21 +69,26 @@ def main() -> None:
     found = campaigns(args.stores)
     if not found:
         sys.exit("no demo campaign with 6 ok trials in " + ", ".join(args.stores))
-    print(f"{len(found)} demo campaigns; leave-one-out tau (MAPE) told the noise | inferred")
-    told, plain = [], []
+    arms = {"default": {}, "stored figures": {"learn_drift": False},
+            "inferred noise": {"observed_noise": False}}
+    print(f"{len(found)} demo campaigns; leave-one-out tau (MAPE) of each arm: "
+          + " | ".join(arms) + "; the drift exponent the default learned")
+    taus: dict[str, list[float]] = {arm: [] for arm in arms}
     for path, name, df in found:
-        a = predictor_report(df, space, **prior)
-        b = predictor_report(df, space, observed_noise=False, **prior)
-        told.append(a["kendall_tau"])
-        plain.append(b["kendall_tau"])
-        print(f"  {name:<24} n={a['n']:<3} {a['kendall_tau']:.3f} ({100 * a['mape']:.1f}%) | "
-              f"{b['kendall_tau']:.3f} ({100 * b['mape']:.1f}%)   {path}", flush=True)
-    gaps = [x - y for x, y in zip(told, plain)]
-    print(f"mean tau: told the noise {statistics.mean(told):.3f}, inferred "
-          f"{statistics.mean(plain):.3f}; higher told the noise in "
-          f"{sum(g > 1e-9 for g in gaps)}, lower in {sum(g < -1e-9 for g in gaps)} of "
-          f"{len(gaps)}; at 0.8 or more: {sum(t >= 0.8 - 1e-9 for t in told)} told, "
-          f"{sum(t >= 0.8 - 1e-9 for t in plain)} inferred")
+        reports = {arm: predictor_report(df, space, **opts, **prior) for arm, opts in arms.items()}
+        for arm, r in reports.items():
+            taus[arm].append(r["kendall_tau"])
+        drift = reports["default"]["drift_exponent"]
+        print(f"  {name:<24} n={reports['default']['n']:<3} " + " | ".join(
+            f"{r['kendall_tau']:.3f} ({100 * r['mape']:.1f}%)" for r in reports.values())
+            + f"   {'-' if drift is None else format(drift, '.2f')}   {path}", flush=True)
+    for arm, t in taus.items():
+        print(f"{arm}: mean tau {statistics.mean(t):.3f}, at 0.8 or more in "
+              f"{sum(x >= 0.8 - 1e-9 for x in t)} of {len(t)}")
+    for arm in list(arms)[1:]:
+        gaps = [x - y for x, y in zip(taus["default"], taus[arm])]
+        print(f"default against {arm}: higher in {sum(g > 1e-9 for g in gaps)}, lower in "
+              f"{sum(g < -1e-9 for g in gaps)}")
 
 
 if __name__ == "__main__":

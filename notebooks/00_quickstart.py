@@ -95,11 +95,16 @@ campaign
 # ## 4. How well does a GP predict speed from the configuration?
 # Leave-one-out: fit on all trials but one, predict the one left out. Kendall tau measures whether
 # the predicted order of configurations matches the measured order (1 is perfect). The GP is the
-# search's: the same prior, and each trial's measured noise (its CI) told to it.
+# search's: the same prior, each trial's measured noise (its CI) told to it, and the same drift
+# exponent learned. Each trial's figure was corrected by how slow the drift reference ran beside
+# it; how much of that slowdown a trial shares differs by machine, so the GP learns it from the
+# trials (1: all of it; `None`: no trial needed a correction).
 
 # %%
 report = predictor_report(df, space, seed=SEED, **prior)  # the GP the search ranked with
-print(f"Kendall tau = {report['kendall_tau']:.2f} over {report['n']} trials")
+drift = report["drift_exponent"]
+print(f"Kendall tau = {report['kendall_tau']:.2f} over {report['n']} trials; drift exponent "
+      f"learned: {'none' if drift is None else format(drift, '.2f')}")
 
 # %% [markdown]
 # The highest single measurement won partly by its own noise. `search.recommend()` picks, of the

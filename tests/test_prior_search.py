@@ -229,7 +229,7 @@ def test_observed_noise_and_contended_trials_enter_the_gp(space):
     s.tell(cfgs[0], {"throughput": 100.0, "throughput_rel_ci": 0.02})
     s.tell(cfgs[1], {"throughput": 120.0})  # no CI: the median of the others
     s.tell(cfgs[2], {"throughput": 90.0, "throughput_rel_ci": 0.04, "contended": True})
-    configs, values, rel = s._gp_data()
+    configs, values, rel, _ = s._gp_data()
     assert len(configs) == 3 and rel.tolist() == [0.02, 0.03, 0.1]
     s.tell(cfgs[3], {"throughput": 95.0, "throughput_rel_ci": math.nan})  # one window: unknown
     s.tell(cfgs[4], {"throughput": 97.0, "throughput_rel_ci": 0.05})
@@ -241,7 +241,7 @@ def test_observed_noise_and_contended_trials_enter_the_gp(space):
     t.tell(cfgs[0], {"throughput": 100.0})
     t.tell(cfgs[1], {"throughput": 120.0})
     t.tell(cfgs[2], {"throughput": 10.0, "contended": 1.0})
-    configs, values, rel = t._gp_data()
+    configs, values, rel, _ = t._gp_data()
     assert rel is None and values.tolist() == [100.0, 120.0]
 
 
@@ -281,3 +281,80 @@ def test_recommend_passes_over_a_configuration_measured_only_under_contention(sp
                    "contended": float(i == 5)})
     s.tell(cfgs[4], {"throughput": 104.0, "throughput_rel_ci": 0.01})
     assert s.recommend()[0] != cfgs[5]
+
+
+def _drifting_trials(share: float, n: int = 14, seed: int = 0) -> list[tuple[dict, dict]]:
+    """Trials of a smooth objective on a machine whose speed wanders: the drift reference saw a
+    slowdown ``exp(-c)`` in each, the trial itself ``exp(-share * c)``; the stored figure takes
+    the reference's whole slowdown out (exponent 1), as the timing layer stores it."""
+    rng = np.random.default_rng(seed)
+    sp = Space([Int("layers", 1, 8), PowerOfTwo("micro_batch", 1, 16)])
+    configs = [dict(c) for c in rng.permutation(sp.enumerate())[:n]]
+    out = []
+    for cfg in configs:
+        true = 1e4 * cfg["micro_batch"] ** 0.4 / (1 + 0.1 * cfg["layers"])
+        c = float(rng.uniform(0.0, 0.3))
+        raw = true * math.exp(-share * c) * math.exp(rng.normal(0, 0.005))
+        out.append((cfg, {"throughput": raw * math.exp(c), "throughput_raw": raw,
+                          "throughput_rel_ci": 0.01, "true": true}))
+    return out
+
+
+@pytest.mark.parametrize("share", [0.4, 1.0])
+def test_the_search_learns_how_much_drift_correction_to_keep(share):
+    """A machine whose trials share 0.4 of the reference's slowdown: the stored figures are
+    over-corrected, and the search learns an exponent near 0.4 (the prior pulls it towards 1);
+    where the trials share all of it, it stays near 1. The figures at the learned exponent are
+    closer to the truth than the stored ones where those were over-corrected."""
+    from cubicml_lab.search.bayesian import drift_covariate
+
+    trials = _drifting_trials(share)
+    sp = Space([Int("layers", 1, 8), PowerOfTwo("micro_batch", 1, 16)])
+    s = BayesianSearch(sp, seed=0, n_init=2)
+    for cfg, m in trials:
+        s.tell(cfg, m)
+    s.ask()
+    assert s.last_ask_info["phase"] == "bo"
+    assert s.drift_exponent == pytest.approx(share, abs=0.2)
+    c = drift_covariate([m for _, m in trials])
+    stored = np.log([m["throughput"] / m["true"] for _, m in trials])
+    learned = stored + (s.drift_exponent - 1.0) * c
+    if share < 1:  # the over-correction mostly gone
+        assert np.abs(learned).mean() < 0.5 * np.abs(stored).mean()
+    else:  # already right: no worse than the measurements' own noise (0.5 %)
+        assert np.abs(learned).mean() < np.abs(stored).mean() + 0.003
+    off = BayesianSearch(sp, seed=0, n_init=2, learn_drift=False)
+    for cfg, m in trials:
+        off.tell(cfg, m)
+    off.ask()
+    assert off.drift_exponent is None
+
+
+def test_no_raw_figure_means_no_drift_to_learn(space):
+    from cubicml_lab.search.bayesian import drift_covariate
+
+    assert drift_covariate([{"throughput": 5.0}, {"throughput": 6.0, "throughput_raw": 6.0}]) \
+        is None
+    s = BayesianSearch(space, seed=0, n_init=2)
+    for cfg, m in _drifting_trials(0.5)[:6]:
+        cfg = {**cfg, "recompute": "none", "layers": cfg["layers"]}
+        s.tell(cfg, {"throughput": m["throughput"]})  # a GPU's trials: no CPU reference
+    s.ask()
+    assert s.last_ask_info["phase"] == "bo" and s.drift_exponent is None
+
+
+def test_covariate_slope_checks_its_input():
+    from cubicml_lab.errors import PredictorError
+    from cubicml_lab.surrogate import GPPredictor
+
+    sp = Space([Int("layers", 1, 8)])
+    pred = GPPredictor(sp)
+    with pytest.raises(PredictorError, match="before fit"):
+        pred.covariate_slope([0.1, 0.2], 1.0, (1.0, 0.5))
+    pred.fit([{"layers": i} for i in (1, 3, 5, 7)], [10.0, 12.0, 13.0, 13.5])
+    with pytest.raises(PredictorError, match="4 configs but 3"):
+        pred.covariate_slope([0.1, 0.2, 0.3], 1.0, (1.0, 0.5))
+    with pytest.raises(PredictorError, match="NaN or inf"):
+        pred.covariate_slope([0.1, 0.2, math.nan, 0.0], 1.0, (1.0, 0.5))
+    # a covariate of zeros carries no information: the prior's mean comes back
+    assert pred.covariate_slope([0.0] * 4, 1.0, (0.7, 0.5)) == pytest.approx(0.7)

@@ -605,6 +605,50 @@ class GPPredictor(BasePredictor):
             raise PredictorError(f"{what}() called before fit",
                                  hint="call pred.fit(configs, values) first")
 
+    def covariate_slope(self, covariate: Sequence[float], current: float,
+                        prior: tuple[float, float]) -> float:
+        """The slope of the fitted targets on a per-trial covariate that is not a knob (e.g.
+        how slow the machine was during each trial), estimated under the fit.
+
+        The fit's targets (model units: the log of the objective with ``log_objective``) are
+        taken to contain ``current * covariate``. The estimate is the slope ``s`` for which
+        ``targets + (s - current) * covariate`` is likeliest under the fitted GP (its mean,
+        kernel and noise: generalised least squares, the residuals' correlations counted), with
+        a normal prior ``(mean, sd)`` on ``s``; refitting at ``s`` and asking again converges in
+        a round or two.
+
+        Args:
+            covariate: One value per trial of the fit, in the model units of the targets.
+            current: The slope the fitted targets carry.
+            prior: Mean and standard deviation of the slope's normal prior.
+
+        Raises:
+            PredictorError: Before :meth:`fit`, a covariate of the wrong length or not finite,
+                or a fit on a subset of the trials (``max_fit_points``).
+        """
+        import torch
+
+        self._check_fitted()
+        c = _as_float_array("covariate", covariate, self.n_train)
+        if not np.all(np.isfinite(c)):
+            raise PredictorError("covariate has a NaN or inf entry",
+                                 hint="pass one finite number per trial of the fit")
+        m = self.model
+        with torch.no_grad():
+            Xt = m.train_inputs[0]
+            if Xt.shape[0] != len(c):
+                raise PredictorError(f"the GP holds {Xt.shape[0]} trials, not {len(c)}",
+                                     hint="fit on every trial before asking for the slope")
+            K = m.covar_module(Xt).to_dense()
+            S = K + torch.diag(m.likelihood.noise.reshape(-1).expand(Xt.shape[0]))
+            resid = m.train_targets - m.mean_module(Xt)
+            cs = torch.as_tensor(c, dtype=torch.float64) / m.outcome_transform.stdvs.reshape(())
+            S_inv_c = torch.linalg.solve(S, cs)
+            mean, sd = prior
+            num = -float(S_inv_c @ resid) + (mean - current) / sd**2
+            den = float(S_inv_c @ cs) + 1.0 / sd**2
+        return float(current + num / den)
+
     # -- prediction -----------------------------------------------------------------------------
     def _posterior(self, configs: Sequence[dict]) -> tuple[np.ndarray, np.ndarray]:
         """Posterior mean and variance of the latent function in model units, shape (n,) each."""
