@@ -9,7 +9,9 @@ each trial's noise and learning how much of the drift correction to keep), on th
 (``learn_drift=False``), and inferring one noise level (``observed_noise=False``). It prints
 each campaign's Kendall taus and MAPEs and the learned exponent, then per arm the mean tau and
 how many reach 0.8 (the demo's target), and how many campaigns rank higher or lower by default.
-The stores are only read.
+Last, an independent check of the learned exponent: for every configuration measured ok in 4 or
+more campaigns, the standard deviation across them of its raw figure, its stored figure and its
+figure at the exponent its campaign learned. The stores are only read.
 
 Run (each stored campaign takes ~30 s on 2 cores):
     .venv/bin/python benchmarks/demo_report_noise.py data/demo.sqlite
@@ -19,6 +21,7 @@ Run (each stored campaign takes ~30 s on 2 cores):
 from __future__ import annotations
 
 import argparse
+import math
 import sqlite3
 import statistics
 import sys
@@ -74,11 +77,18 @@ def main() -> None:
     print(f"{len(found)} demo campaigns; leave-one-out tau (MAPE) of each arm: "
           + " | ".join(arms) + "; the drift exponent the default learned")
     taus: dict[str, list[float]] = {arm: [] for arm in arms}
+    repeats: dict[tuple, list[tuple[float, float, float]]] = {}
     for path, name, df in found:
         reports = {arm: predictor_report(df, space, **opts, **prior) for arm, opts in arms.items()}
         for arm, r in reports.items():
             taus[arm].append(r["kendall_tau"])
         drift = reports["default"]["drift_exponent"]
+        for _, row in df[df["status"].eq("ok")].iterrows():
+            raw, stored = float(row.get("throughput_raw", math.nan)), float(row["throughput"])
+            if math.isfinite(raw) and raw > 0:
+                learned = raw * (stored / raw) ** (1.0 if drift is None else drift)
+                repeats.setdefault(tuple(row[n] for n in space.names), []).append(
+                    (raw, stored, learned))
         print(f"  {name:<24} n={reports['default']['n']:<3} " + " | ".join(
             f"{r['kendall_tau']:.3f} ({100 * r['mape']:.1f}%)" for r in reports.values())
             + f"   {'-' if drift is None else format(drift, '.2f')}   {path}", flush=True)
@@ -89,6 +99,20 @@ def main() -> None:
         gaps = [x - y for x, y in zip(taus["default"], taus[arm])]
         print(f"default against {arm}: higher in {sum(g > 1e-9 for g in gaps)}, lower in "
               f"{sum(g < -1e-9 for g in gaps)}")
+    # an independent check: the same configuration measured in several campaigns (fresh
+    # processes, minutes apart) should agree better at the exponent each campaign learned
+    many = {k: v for k, v in repeats.items() if len(v) >= 4}
+    if many:
+        print("configurations measured in 4 or more campaigns: standard deviation of the log "
+              "figure across them (%), raw | stored | at each campaign's learned exponent")
+        sds = []
+        for key, v in many.items():
+            sd = [100 * statistics.pstdev(math.log(x[i]) for x in v) for i in range(3)]
+            sds.append(sd)
+            print(f"  {key} x{len(v)}: " + " | ".join(f"{x:.2f}" for x in sd))
+        print(f"median: " + " | ".join(f"{statistics.median(x[i] for x in sds):.2f}"
+                                        for i in range(3))
+              + f"; learned below stored in {sum(x[2] < x[1] for x in sds)} of {len(sds)}")
 
 
 if __name__ == "__main__":

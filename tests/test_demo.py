@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import math
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from cubicml_lab.demo import DEFAULT_CONFIG, demo_prior, demo_space
@@ -84,3 +86,20 @@ def test_the_report_scores_the_gp_told_the_noise_the_search_tells_it():
     pred = GPPredictor(space, "throughput", seed=0).fit(configs[1:], y[1:], noise=told[1:])
     assert report["mean"][0] == pytest.approx(float(pred.predict([configs[0]])[0][0]), rel=1e-6)
     assert not np.allclose(report["mean"], plain["mean"], rtol=1e-4)
+
+
+def test_summary_table_shows_the_ci_of_the_figure_it_shows():
+    """The figure's CI (what the search is told, NaN when unknown), not the timer's stopping CI
+    (inf under 6 windows); a table without it keeps the stopping CI."""
+    from cubicml_lab.demo import demo_space, summary_table
+
+    space = demo_space()
+    cfg = {"micro_batch": 8, "n_heads": 4, "precision": "fp32", "recompute": "none", "threads": 1}
+    df = pd.DataFrame([{"trial_id": 1, "status": "ok", **cfg, "tokens_per_s": 1234.4,
+                        "step_time_s": 0.1, "step_time_rel_ci": math.inf,
+                        "throughput_rel_ci": 0.0234}])
+    out = summary_table(df, space)
+    assert "step_time_rel_ci" not in out and out.loc[1, "throughput_rel_ci"] == 0.023
+    assert out.loc[1, "tokens_per_s"] == 1234.0
+    old = summary_table(df.drop(columns="throughput_rel_ci"), space)
+    assert old.loc[1, "step_time_rel_ci"] == math.inf
