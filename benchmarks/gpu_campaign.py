@@ -72,7 +72,8 @@ def main() -> int:
     store = cml.TrialStore(args.store)
     name = time.strftime("gpu-%Y%m%d-%H%M%S")
     measure = {"max_time_s": args.max_time_s}
-    camp = cml.Campaign(name, SPACE, workload="gpt", device=args.device, searcher=search, store=store,
+    camp = cml.Campaign(name, SPACE, workload="gpt", device=args.device, searcher=search,
+                        store=store,
                         launcher=cml.launch.Subprocess(timeout_s=300), fixed=model,
                         measure_options=measure, reference=DEFAULT)
     print(f"campaign {name!r}: {SPACE.size()} configurations of {', '.join(SPACE.names)}; model "

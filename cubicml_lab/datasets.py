@@ -15,7 +15,7 @@ lucie7b_seq4k      Lucie-7B parallelism runs, sequence 4096, 8-256 A100-80GB (Op
 mpt_llmfoundry     MPT 125M-70B training benchmarks, 8-512 A100/H100 (MosaicML llm-foundry)
 gpt_cpu_sweep      ``gpt`` workload, random search on CPU (``data/gpt_cpu_sweep.parquet``)
 dlrm_cpu_sweep     ``dlrm`` workload, random search on CPU (``data/dlrm_cpu_sweep.parquet``)
-gpt_h100_campaign  ``gpt`` workload, Bayesian search on one H100 (``data/gpt_h100_campaign.parquet``)
+gpt_h100_campaign  ``gpt``, Bayesian search on one H100 (``data/gpt_h100_campaign.parquet``)
 =================  ============================================================================
 
 Every :class:`Dataset` follows the same conventions:

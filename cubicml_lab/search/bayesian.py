@@ -92,8 +92,9 @@ with the stored figures): the two campaigns at 0.43 and 0.24 learned 0.78 and 0.
 their stored figures), learning 0.59-1.00; and the configurations they shared, each measured in
 5-10 of them, agreed better across campaigns at each one's learned exponent than as stored
 (median standard deviation 1.42 % against 1.84 %, raw 2.07 %; lower in 7 of 8 configurations):
-``benchmarks/demo_report_noise.py``. Trials without a raw figure (a GPU's, with no CPU reference) shift by 0, and a
-search in which no trial shifts fits the stored figures as they are.
+``benchmarks/demo_report_noise.py``. Trials without a raw figure (a GPU's, with no CPU
+reference) shift by 0, and a search in which no trial shifts fits the stored figures as they
+are.
 
 **Stopping.** Each BO ask records the best feasibility-weighted expected improvement, relative to
 the incumbent (with ``log_objective`` the expected improvement of ``log(objective)`` is already
@@ -520,6 +521,8 @@ class BayesianSearch(Searcher):
         on top (:func:`learn_drift`, refits warm-started from the fit before) and kept in
         :attr:`drift_exponent`.
         """
+        if covariate is None and (metric or self.objective) == self.objective:
+            self.drift_exponent = None  # nothing drifted (or not learned) in this fit
         if covariate is not None:
             sign = -1.0 if (direction or self.direction) == "minimize" else 1.0
 
