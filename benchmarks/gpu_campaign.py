@@ -27,9 +27,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import cubicml_lab as cml  # noqa: E402
-from cubicml_lab.demo import predictor_report, summary_table  # noqa: E402
+from cubicml_lab.demo import demo_prior, predictor_report, summary_table  # noqa: E402
 from cubicml_lab.space import Choice, Ordinal, PowerOfTwo, Space  # noqa: E402
-from cubicml_lab.workloads import WithDefaults  # noqa: E402
 
 MODEL = {"d_model": 1024, "n_layers": 8, "seq_len": 1024, "vocab": 32768}
 SMALL = {"d_model": 128, "n_layers": 2, "seq_len": 128, "vocab": 2048}
@@ -64,9 +63,7 @@ def main() -> int:
 
     bf16, fp32 = device_peak_flops(args.device, "bf16"), device_peak_flops(args.device, "fp32")
     flop_cost = bf16 / fp32 if bf16 and fp32 else 1.0
-    prior = {"cost_model": WithDefaults("gpt", "cost_terms",
-                                        {**model, "fp32_flop_cost": flop_cost}),
-             "features": WithDefaults("gpt", "shape_features", model)}
+    prior = demo_prior(flop_cost, model)
     search = BayesianSearch(SPACE, objective="throughput", seed=args.seed,
                             stop_patience=args.budget, **prior)
     store = cml.TrialStore(args.store)

@@ -368,8 +368,7 @@ def _load_sweep(name: str, sweep: _Sweep, path: Path) -> Dataset:
     pd = _pandas()
     workload, hint = sweep.workload, sweep.hint
     if not path.is_file():
-        raise DataError(f"no file {path}: dataset {name!r} is collected on this machine, not "
-                        "shipped", hint=hint)
+        raise DataError(f"no file {path} for dataset {name!r}", hint=hint)
     try:
         df = pd.read_parquet(path)
     except (OSError, ValueError, ImportError) as err:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -83,7 +84,8 @@ def summary_table(df: pd.DataFrame, space: Space) -> pd.DataFrame:
     return out.set_index("trial_id")
 
 
-def demo_prior(fp32_flop_cost: float | None = None) -> dict[str, Any]:
+def demo_prior(fp32_flop_cost: float | None = None,
+               constants: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The ``gpt`` workload's analytical prior for the demo's GP, as keyword arguments of
     ``BayesianSearch`` and ``GPPredictor``: ``cost_model`` (:func:`~cubicml_lab.workloads.gpt.
     cost_terms`: per token, FLOPs in fp32 and in bf16, weights, activation bytes,
@@ -91,7 +93,8 @@ def demo_prior(fp32_flop_cost: float | None = None) -> dict[str, Any]:
     ``features`` (:func:`~cubicml_lab.workloads.gpt.shape_features`), each of the demo's
     configuration completed with the workload's defaults. The cost model's ``fp32_flop_cost``
     is ``fp32_flop_cost``, by default this CPU's: its matmul rate in bf16 over fp32
-    (:func:`cpu_fp32_flop_cost`).
+    (:func:`cpu_fp32_flop_cost`). ``constants``: knobs held fixed outside the demo's space
+    (e.g. a larger model's ``d_model``), filled in before the workload's defaults.
 
     On 5 demo campaigns measured on an idle 2-core machine, the leave-one-out Kendall tau of the
     GP over their 14 trials was 0.54, 0.45, 0.47, 0.43, 0.45 without it and 0.67, 0.80, 0.71,
@@ -118,9 +121,10 @@ def demo_prior(fp32_flop_cost: float | None = None) -> dict[str, Any]:
     """
     from .workloads import WithDefaults
 
-    return {"cost_model": WithDefaults("gpt", "cost_terms",
-                                       {"fp32_flop_cost": fp32_flop_cost or cpu_fp32_flop_cost()}),
-            "features": WithDefaults("gpt", "shape_features")}
+    fixed = dict(constants or {})
+    return {"cost_model": WithDefaults("gpt", "cost_terms", {
+                **fixed, "fp32_flop_cost": fp32_flop_cost or cpu_fp32_flop_cost()}),
+            "features": WithDefaults("gpt", "shape_features", fixed)}
 
 
 def cpu_fp32_flop_cost() -> float:

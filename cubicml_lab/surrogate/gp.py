@@ -623,8 +623,7 @@ class GPPredictor(BasePredictor):
             prior: Mean and standard deviation of the slope's normal prior.
 
         Raises:
-            PredictorError: Before :meth:`fit`, a covariate of the wrong length or not finite,
-                or a fit on a subset of the trials (``max_fit_points``).
+            PredictorError: Before :meth:`fit`, or a covariate of the wrong length or not finite.
         """
         import torch
 
@@ -633,21 +632,30 @@ class GPPredictor(BasePredictor):
         if not np.all(np.isfinite(c)):
             raise PredictorError("covariate has a NaN or inf entry",
                                  hint="pass one finite number per trial of the fit")
-        m = self.model
+        _, L, alpha = self._train_factor()  # alpha: (K + noise)^-1 times the residuals
         with torch.no_grad():
-            Xt = m.train_inputs[0]
-            if Xt.shape[0] != len(c):
-                raise PredictorError(f"the GP holds {Xt.shape[0]} trials, not {len(c)}",
-                                     hint="fit on every trial before asking for the slope")
-            K = m.covar_module(Xt).to_dense()
-            S = K + torch.diag(m.likelihood.noise.reshape(-1).expand(Xt.shape[0]))
-            resid = m.train_targets - m.mean_module(Xt)
-            cs = torch.as_tensor(c, dtype=torch.float64) / m.outcome_transform.stdvs.reshape(())
-            S_inv_c = torch.linalg.solve(S, cs)
+            cs = torch.as_tensor(c, dtype=torch.float64).unsqueeze(-1) \
+                / self.model.outcome_transform.stdvs.reshape(())
             mean, sd = prior
-            num = -float(S_inv_c @ resid) + (mean - current) / sd**2
-            den = float(S_inv_c @ cs) + 1.0 / sd**2
+            num = -float((cs * alpha).sum()) + (mean - current) / sd**2
+            den = float((cs * torch.cholesky_solve(cs, L)).sum()) + 1.0 / sd**2
         return float(current + num / den)
+
+    def _train_factor(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(train inputs, Cholesky factor of K + noise, (K + noise)^-1 residuals)`` of the
+        fitted model in its standardised units, computed once per fit."""
+        import torch
+
+        m = self.model
+        if self._factor is None or self._factor[0] is not m:
+            with torch.no_grad():
+                Xt = m.train_inputs[0]
+                K = m.covar_module(Xt).to_dense()
+                noise = m.likelihood.noise.reshape(-1).expand(Xt.shape[0])
+                L = torch.linalg.cholesky(K + torch.diag(noise))
+                resid = (m.train_targets - m.mean_module(Xt)).unsqueeze(-1)
+                self._factor = (m, Xt, L, torch.cholesky_solve(resid, L))
+        return self._factor[1:]
 
     # -- prediction -----------------------------------------------------------------------------
     def _posterior(self, configs: Sequence[dict]) -> tuple[np.ndarray, np.ndarray]:
@@ -698,15 +706,8 @@ class GPPredictor(BasePredictor):
         import torch
 
         m = self.model
+        Xt, L, alpha = self._train_factor()
         with torch.no_grad():
-            if self._factor is None or self._factor[0] is not m:
-                Xt = m.train_inputs[0]
-                K = m.covar_module(Xt).to_dense()
-                noise = m.likelihood.noise.reshape(-1).expand(Xt.shape[0])
-                L = torch.linalg.cholesky(K + torch.diag(noise))
-                resid = (m.train_targets - m.mean_module(Xt)).unsqueeze(-1)
-                self._factor = (m, Xt, L, torch.cholesky_solve(resid, L))
-            _, Xt, L, alpha = self._factor
             tf = m.outcome_transform
             scale, shift = tf.stdvs.reshape(()), tf.means.reshape(())
             mus, variances = [], []
