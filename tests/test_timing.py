@@ -345,11 +345,13 @@ class SpeedStates:
 def test_windows_off_the_usual_speed_are_set_aside_and_retimed() -> None:
     opts = MeasureOptions(target_rel_ci=1e-9, min_steps=12, max_steps=12, window_min_s=0.0,
                           max_time_s=5.0, drift_tol=0.08, drift_budget=0.4)
-    machine = SpeedStates(lambda i: 3 <= i <= 8)  # the 2nd to 7th windows run slow
+    # the 2nd to 7th windows run slow: 6 ms sleeps against 2 ms, so that a usual window
+    # overslept by the scheduler (2.87 ms seen once on a busy 2-core VM) is not taken for one
+    machine = SpeedStates(lambda i: 3 <= i <= 8, factor=3.0)
     t = time_steps(machine.step, options=opts, reference=machine.reference,
                    reference_usual=0.001)
     assert t.drift_gated and t.offstate_windows >= 5 and t.windows == 12
-    assert max(t.step_times_s) < 0.0027  # every window kept ran at the usual speed
+    assert max(t.step_times_s) < 0.005  # every window kept ran at the usual speed
     assert t.reference_times_s and max(t.reference_times_s) == 0.001
     m = summarize(t, 100, 1e6, None)
     assert m["drift_gated"] == 1.0 and m["offstate_windows"] == t.offstate_windows
