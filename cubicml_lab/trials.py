@@ -283,19 +283,27 @@ def _omp_env() -> str:
     return " ".join(f"{k}={os.environ[k]}" for k in keys if k in os.environ)
 
 
-def _guard_and_reference(device: str, options: Any, telemetry: Any, rows: int
-                         ) -> tuple[Any, Any]:
+def _guard_and_reference(device: str, options: Any, telemetry: Any, rows: int,
+                         workload: Any) -> tuple[Any, Any]:
     """The contention guard and drift reference of a trial on ``device``: on CPU the run-queue
-    wait of the trial's threads and a :class:`~cubicml_lab.hardware.ReferenceWork` of ``rows``
-    at the trial's thread count; on CUDA the throttle reasons :class:`GpuTelemetry` sees (no
-    reference: a CPU workload says nothing of a GPU's speed). No CPU guard when the trial's own
-    threads (all local ranks') outnumber its cores: their waiting is the config's, not the
-    machine's."""
+    wait of the trial's threads and, at the trial's thread count, the workload's own
+    :class:`~cubicml_lab.hardware.StepReference` where it names one
+    (``workload.drift_reference``), else a :class:`~cubicml_lab.hardware.ReferenceWork` of
+    ``rows``; on CUDA the throttle reasons :class:`GpuTelemetry` sees (no reference: a CPU
+    workload says nothing of a GPU's speed). No CPU guard when the trial's own threads (all
+    local ranks') outnumber its cores: their waiting is the config's, not the machine's. The
+    reference (``None``: none) has ``sample`` and ``name``, the key of its scale."""
     import os
 
     import torch
 
-    from .hardware import CpuContention, GpuTelemetry, ReferenceWork, ThrottleGuard
+    from .hardware import (
+        CpuContention,
+        GpuTelemetry,
+        ReferenceWork,
+        StepReference,
+        ThrottleGuard,
+    )
 
     if isinstance(telemetry, GpuTelemetry):
         return ThrottleGuard(telemetry), None
@@ -303,8 +311,14 @@ def _guard_and_reference(device: str, options: Any, telemetry: Any, rows: int
     guard = CpuContention(threads, options.max_cpu_wait) if CpuContention.available() else None
     if guard is not None and threads * int(os.environ.get("LOCAL_WORLD_SIZE", "1")) > guard.cores:
         guard = None
-    reference = ReferenceWork(rows=rows).sample if options.reference_share > 0 else None
-    return guard, reference
+    if options.reference_share <= 0:
+        return guard, None
+    ref_config = getattr(workload, "drift_reference", None)
+    if ref_config is None:
+        return guard, ReferenceWork(rows=rows)
+    ref = workload.build(workload.resolve(ref_config), "cpu")  # one process, this one's threads
+    knobs = ",".join(f"{k}={v}" for k, v in sorted(ref_config.items()))
+    return guard, StepReference(ref.step, f"{workload.name} v{workload.version} {knobs}")
 
 
 def _build_and_time(workload: Any, config: dict[str, Any], options: Any, device: str,
@@ -319,6 +333,7 @@ def _build_and_time(workload: Any, config: dict[str, Any], options: Any, device:
 
     from .hardware import (
         GpuTelemetry,
+        ReferenceWork,
         establish_reference_scale,
         reference_nominal,
         reference_rows,
@@ -346,18 +361,20 @@ def _build_and_time(workload: Any, config: dict[str, Any], options: Any, device:
     telemetry = GpuTelemetry(device) if device.startswith("cuda") else contextlib.nullcontext()
     with telemetry:
         rows = reference_rows(built.matmul_rows)
-        guard, reference = _guard_and_reference(device, options, telemetry, rows)
+        guard, reference = _guard_and_reference(device, options, telemetry, rows, workload)
         threads = torch.get_num_threads()
-        if reference is not None:
+        scale = reference.name if reference is not None else rows  # its nominal's key
+        if reference is not None and not isinstance(scale, str):
             establish_reference_scale(threads)  # once per machine and thread count
-        usual = (reference_usual(threads, options.drift_tol, rows)
+        usual = (reference_usual(threads, options.drift_tol, scale)
                  if reference is not None and options.drift_tol > 0 else None)
         hardware["contention_guard"] = (type(guard).__name__ if guard is not None and
                                         options.guard else "off")
         timing = time_steps(step, sync=built.sync, options=options,
                             timer=make_timer(device, built.sync),
                             reduce=world.max if world.distributed else None,
-                            guard=guard, reference=reference,
+                            guard=guard,
+                            reference=reference.sample if reference is not None else None,
                             reference_usual=1.0 / usual if usual else None)
     if isinstance(telemetry, GpuTelemetry):
         hardware.update(telemetry.summary())
@@ -368,14 +385,18 @@ def _build_and_time(workload: Any, config: dict[str, Any], options: Any, device:
                               f"{config.get('lr')!r}?); the step time of a diverged run is not "
                               "reported")
     speed = reference_metrics(timing)["reference_speed"]
-    nominal = (reference_nominal(speed, threads, rows=rows,
+    nominal = (reference_nominal(speed, threads, rows=scale,
                                  record=world.rank == 0 and not timing.contended)
                if math.isfinite(speed) else None)
     metrics = summarize(timing, built.units_per_step, built.flops_per_step, peak_flops,
                         built.n_devices, units=workload.units, reference_nominal=nominal)
     metrics.update(peak_mem_gib=world.max(peak_memory_gib(device)), loss=loss,
                    model_params=float(built.model_params),
-                   reference_rows=float(rows) if reference is not None else math.nan)
+                   reference_rows=(float(rows) if isinstance(reference, ReferenceWork)
+                                   else math.nan))
+    if reference is not None:
+        hardware["drift_reference"] = (f"mlp rows={rows}" if isinstance(reference, ReferenceWork)
+                                       else reference.name)
     return "ok", metrics, None
 
 

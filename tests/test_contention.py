@@ -22,6 +22,7 @@ from cubicml_lab.hardware import (
     REFERENCE_ROWS,
     CpuContention,
     ReferenceWork,
+    StepReference,
     establish_reference_scale,
     reference_nominal,
     reference_rows,
@@ -175,6 +176,45 @@ def test_reference_scale_is_measured_once_for_every_size_together(tmp_path, monk
     assert 0.5 < again[1024] / first[1024] < 2.0  # on the same scale, up to the machine's drift
     kept = json.loads((tmp_path / "reference.json").read_text())
     assert len(kept[next(k for k in kept if k.endswith("|rows=256"))]["recent"]) == 2
+
+
+def test_a_step_reference_calibrates_its_samples_to_about_20_ms() -> None:
+    """A :class:`StepReference` times the step it is given: a step that sleeps 2 ms reads about
+    2 ms per step, with about 10 steps in a sample."""
+    ref = StepReference(lambda: time.sleep(0.002), "sleep 2 ms")
+    samples = [ref.sample() for _ in range(5)]
+    assert 5 <= ref.steps <= 10, ref.steps
+    assert all(0.002 <= s < 0.004 for s in samples), samples
+
+
+def test_a_workload_that_names_its_reference_is_corrected_by_it(tmp_path, monkeypatch) -> None:
+    """dlrm names a small dlrm as its drift reference: its trials say so, carry no MLP size, and
+    keep that reference's own scale (the first figure offered is its nominal, later ones are
+    recorded against it); a gpt trial keeps the MLP sized to its rows."""
+    monkeypatch.setenv("CUBICML_LAB_CACHE_DIR", str(tmp_path))
+    small = {"batch_size": 64, "num_tables": 2, "rows": 500}
+    measure = {"max_time_s": 1.0, "warmup_max_s": 1.0}
+    first, second = (run_trial({"workload": "dlrm", "config": small, "measure": measure})
+                     for _ in range(2))
+    name = "dlrm v1 batch_size=256,rows=1000"
+    for res in (first, second):
+        assert res.status == "ok", res.error
+        assert res.hardware["drift_reference"] == name
+        assert res.metrics["reference_rows"] != res.metrics["reference_rows"]  # NaN: no MLP
+        assert res.metrics["reference_speed"] > 0
+    cache = json.loads((tmp_path / "reference.json").read_text())
+    entry = next(v for k, v in cache.items() if k.endswith(f"|ref={name}"))
+    assert entry["steps_per_s"] == first.metrics["reference_speed"]
+    assert entry["recent"] == [first.metrics["reference_speed"], second.metrics["reference_speed"]]
+    assert not any(k.endswith("|rows=256") for k in cache)  # the MLP scale was not needed
+    # corrected = raw scaled by nominal / reference (per window, so about the medians' ratio)
+    m = second.metrics
+    want = entry["steps_per_s"] / m["reference_speed"]
+    assert m["throughput_corrected"] / m["throughput_raw"] == pytest.approx(want, rel=0.1)
+    gpt = run_trial({"workload": "gpt", "config": TINY_GPT, "measure": measure})
+    assert gpt.status == "ok", gpt.error
+    rows = gpt.metrics["reference_rows"]
+    assert rows in REFERENCE_ROWS and gpt.hardware["drift_reference"] == f"mlp rows={rows:.0f}"
 
 
 def test_thread_waiting_env_is_set_unless_the_caller_chose() -> None:

@@ -15,7 +15,9 @@
   same question for a CUDA device (throttle reasons seen by :class:`GpuTelemetry`).
 * :class:`ReferenceWork`: a fixed small training step whose speed, measured next to a trial,
   gauges how fast the machine runs at that moment (drift correction), in a size near the trial's
-  rows per matmul (:func:`reference_rows`); :func:`establish_reference_scale` measures every
+  rows per matmul (:func:`reference_rows`), or, for a workload that names one
+  (``Workload.drift_reference``), a :class:`StepReference`: a fixed small configuration of the
+  workload itself; :func:`establish_reference_scale` measures every
   size's nominal speed together and :func:`reference_nominal` keeps them, the scale of corrected
   figures, and the recent speeds;
   :func:`reference_usual` reads and the one it is usually at (a machine
@@ -32,6 +34,7 @@ from .contention import (
     REFERENCE_ROWS,
     CpuContention,
     ReferenceWork,
+    StepReference,
     establish_reference_scale,
     reference_nominal,
     reference_rows,
@@ -51,7 +54,7 @@ from .machine import (
     tune_cpu_allocator,
 )
 
-__all__ = ["CpuContention", "GpuTelemetry", "ReferenceWork", "ThrottleGuard", "default_device",
+__all__ = ["CpuContention", "GpuTelemetry", "ReferenceWork", "StepReference", "ThrottleGuard", "default_device",
            "device_peak_flops", "establish_reference_scale", "hardware_info", "host_record", "locked_json_cache", "MAX_CPU_WAIT",
            "parse_smi_sample", "peak_memory_gib", "REFERENCE_ROWS", "reference_nominal",
            "reference_rows", "reference_usual", "usual_speed", "reset_peak_memory",

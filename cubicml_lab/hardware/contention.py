@@ -9,12 +9,13 @@ from __future__ import annotations
 import math
 import os
 import time
+from collections.abc import Callable
 
 from ..errors import MeasurementError
 from .machine import cpu_model, locked_json_cache
 
 __all__ = ["DEFAULT_REFERENCE_ROWS", "MAX_CPU_WAIT", "REFERENCE_ROWS", "USUAL_HISTORY",
-           "USUAL_MIN", "USUAL_MOVED", "CpuContention", "ReferenceWork",
+           "USUAL_MIN", "USUAL_MOVED", "CpuContention", "ReferenceWork", "StepReference",
            "establish_reference_scale", "reference_nominal", "reference_rows", "reference_usual",
            "usual_speed"]
 
@@ -160,15 +161,44 @@ def reference_rows(rows: int | None) -> int:
     return min(REFERENCE_ROWS, key=lambda r: (abs(math.log(rows / r)), r))
 
 
-class ReferenceWork:
+class _Gauge:
+    """Times a fixed step to gauge the machine's speed: :meth:`sample` runs a fixed number of
+    steps (chosen on the first call so that a sample lasts about ``sample_s``) and returns
+    seconds per step. Subclasses give ``_step``, ``sample_s`` and ``name`` (the key of its
+    nominal and usual speeds: :func:`reference_nominal`, :func:`reference_usual`)."""
+
+    sample_s: float = 0.02
+    steps: int = 0  # steps per sample, set by the first sample
+    name: int | str = DEFAULT_REFERENCE_ROWS
+
+    def _step(self) -> None:
+        raise NotImplementedError
+
+    def sample(self) -> float:
+        """Seconds per reference step over one sample (the first call also calibrates)."""
+        if self.steps == 0:  # calibrate on the median of 5 timed steps, not one (a slow one
+            for _ in range(3):  # left a sample at 1 step, 8.5 ms, on a VM whose speed jumps)
+                self._step()
+            times = []
+            for _ in range(5):
+                t0 = time.perf_counter()
+                self._step()
+                times.append(time.perf_counter() - t0)
+            step_s = sorted(times)[2]
+            self.steps = max(1, round(self.sample_s / max(step_s, 1e-6)))
+        t0 = time.perf_counter()
+        for _ in range(self.steps):
+            self._step()
+        return (time.perf_counter() - t0) / self.steps
+
+
+class ReferenceWork(_Gauge):
     """A fixed small training step that gauges how fast the machine runs now.
 
     The forward and backward pass of a fixed two-layer MLP (256 -> 1024 -> 256, GELU, fp32,
     a batch of ``rows``; 0.8 GFLOP per step at 256 rows), run with torch's current thread count:
     its matmuls and elementwise ops are large enough to use every thread, as a trial's do (a
-    smaller one ran on one thread and did not feel what a 2-thread trial felt). :meth:`sample`
-    runs a fixed number of these steps (chosen on the first call so that a sample lasts about
-    ``sample_s``) and returns seconds per step. A trial's figures divided by this figure, taken
+    smaller one ran on one thread and did not feel what a 2-thread trial felt). A trial's figures divided by this figure, taken
     in the same process next to its windows, cancel what slows both alike: clock changes,
     other tenants of a virtual machine, cache and memory state.
 
@@ -198,8 +228,8 @@ class ReferenceWork:
         self._w1 = torch.randn(256, 1024, generator=gen).mul_(0.05).requires_grad_()
         self._w2 = torch.randn(1024, 256, generator=gen).mul_(0.05).requires_grad_()
         self._x = torch.randn(rows, 256, generator=gen)
-        self.sample_s, self.rows = sample_s, rows
-        self.steps = 0  # steps per sample, set by the first sample
+        self.sample_s, self.rows, self.name = sample_s, rows, rows
+        self.steps = 0
 
     def _step(self) -> None:
         import torch.nn.functional as F
@@ -208,31 +238,46 @@ class ReferenceWork:
         y.square().mean().backward()
         self._w1.grad = self._w2.grad = None
 
-    def sample(self) -> float:
-        """Seconds per reference step over one sample (the first call also calibrates)."""
-        if self.steps == 0:  # calibrate on the median of 5 timed steps, not one (a slow one
-            for _ in range(3):  # left a sample at 1 step, 8.5 ms, on a VM whose speed jumps)
-                self._step()
-            times = []
-            for _ in range(5):
-                t0 = time.perf_counter()
-                self._step()
-                times.append(time.perf_counter() - t0)
-            step_s = sorted(times)[2]
-            self.steps = max(1, round(self.sample_s / max(step_s, 1e-6)))
-        t0 = time.perf_counter()
-        for _ in range(self.steps):
-            self._step()
-        return (time.perf_counter() - t0) / self.steps
+
+class StepReference(_Gauge):
+    """A workload's own drift reference: the training step of a fixed small configuration of it
+    (:attr:`~cubicml_lab.workloads.Workload.drift_reference`), sampled like
+    :class:`ReferenceWork` between a trial's windows.
+
+    A matmul-bound MLP does not feel what slows every workload: on a 2-core VM (2026-11-27, 5
+    fresh processes per configuration, each sampling both references next to its windows), the
+    5 dlrm configurations of ``benchmarks/measure_repeatability.py`` spread 11-18% raw and still
+    5-18% (median 15.7%) over the MLP, whose samples did not move with theirs (correlation 0.0
+    over 30 rounds of windows), but 2.5-5.7% (median 4.6%) over a dlrm of 256 samples and
+    1,000 rows per table, whose drift they followed with a slope of 0.7-1.2. gpt's configurations
+    kept the MLP (3.0-4.3% over it, 4.8-6.7% over a one-layer gpt).
+
+    Args:
+        step: Runs one step of the reference configuration.
+        name: Names the reference and its configuration (the key of its nominal and usual
+            speeds): another configuration, or another version of the workload, is another
+            scale.
+        sample_s: Seconds one sample lasts, about.
+    """
+
+    def __init__(self, step: Callable[[], object], name: str, sample_s: float = 0.02) -> None:
+        self._run, self.name, self.sample_s = step, name, sample_s
+        self.steps = 0
+
+    def _step(self) -> None:
+        self._run()
 
 
-def _key(threads: int, rows: int = DEFAULT_REFERENCE_ROWS) -> str:
-    """The cache key of this CPU model at ``threads`` for the reference of ``rows``."""
+def _key(threads: int, rows: int | str = DEFAULT_REFERENCE_ROWS) -> str:
+    """The cache key of this CPU model at ``threads`` for the reference of ``rows`` (an MLP
+    size, or the name of a :class:`StepReference`)."""
+    if isinstance(rows, str):
+        return f"{cpu_model()}|threads={threads}|ref={rows}"
     return f"{cpu_model()}|threads={threads}|rows={rows}"
 
 
 def reference_nominal(speed: float, threads: int, record: bool = False,
-                      rows: int = DEFAULT_REFERENCE_ROWS) -> float:
+                      rows: int | str = DEFAULT_REFERENCE_ROWS) -> float:
     """This machine's nominal :class:`ReferenceWork` speed (reference steps/s) at ``threads``
     for the reference of ``rows``.
 
@@ -250,7 +295,8 @@ def reference_nominal(speed: float, threads: int, record: bool = False,
         record: Also add ``speed`` to the machine's recent figures at ``threads`` and ``rows``
             (the last :data:`USUAL_HISTORY`, which :func:`reference_usual` reads); a non-finite
             or non-positive one is not added.
-        rows: The reference's size (:data:`REFERENCE_ROWS`).
+        rows: The reference's size (:data:`REFERENCE_ROWS`), or a :class:`StepReference`'s
+            name (its nominal is the first figure offered).
     """
     key = _key(threads, rows)
     with locked_json_cache("reference.json") as cache:
@@ -349,9 +395,10 @@ def usual_speed(speeds: list[float], tol: float) -> float | None:
     return math.exp(usual)
 
 
-def reference_usual(threads: int, tol: float, rows: int = DEFAULT_REFERENCE_ROWS
+def reference_usual(threads: int, tol: float, rows: int | str = DEFAULT_REFERENCE_ROWS
                     ) -> float | None:
-    """This machine's usual :class:`ReferenceWork` speed (steps/s) at ``threads`` and ``rows``:
+    """This machine's usual :class:`ReferenceWork` speed (steps/s) at ``threads`` and ``rows``
+    (or a :class:`StepReference`'s, by name):
     the :func:`usual_speed` of the last :data:`USUAL_HISTORY` trials' figures (recorded by
     :func:`reference_nominal`, kept in ``$CUBICML_LAB_CACHE_DIR/reference.json``); ``None``
     until :data:`USUAL_MIN` were recorded. ``tol``: how far (in log) figures of one speed state

@@ -14,7 +14,8 @@ returns, :class:`~cubicml_lab.trials.TrialResult`, lives in :mod:`cubicml_lab.tr
   the run-queue wait of the trial's threads) judges every window; a contended one is discarded
   and re-timed, and a trial that cannot get 6 clean windows within ``contended_budget`` is
   flagged (``Timing.contended``; ``metrics["contended"] = 1.0``, status stays ``"ok"``).
-* Drift reference: a fixed small workload (:class:`~cubicml_lab.hardware.ReferenceWork`) sampled
+* Drift reference: a fixed small workload (:class:`~cubicml_lab.hardware.ReferenceWork`, an MLP,
+  or the workload's own :class:`~cubicml_lab.hardware.StepReference` where it names one) sampled
   after every window gives the machine's speed at that moment (``reference_speed``); each window
   is corrected by the samples on either side of it (``MeasureOptions.drift_per_window``), and the
   figure is the median of the corrected windows.

@@ -149,6 +149,13 @@ class Workload(ABC):
     name: str = ""
     version: str = ""
     units: str = "samples"  #: "tokens" or "samples"
+    #: A fixed small configuration of this workload whose step is the CPU drift reference of its
+    #: trials (:class:`~cubicml_lab.hardware.StepReference`), for a workload that the default
+    #: reference, a matmul-bound MLP sized to the trial's rows per matmul
+    #: (:class:`~cubicml_lab.hardware.ReferenceWork`), does not follow; ``None``: that MLP.
+    #: Choose by measuring (``benchmarks/measure_repeatability.py``): the reference that the
+    #: trials' figures spread least over across fresh processes.
+    drift_reference: Mapping[str, Any] | None = None
 
     @abstractmethod
     def knobs(self) -> dict[str, Knob]:
