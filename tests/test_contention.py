@@ -217,6 +217,21 @@ def test_a_workload_that_names_its_reference_is_corrected_by_it(tmp_path, monkey
     assert rows in REFERENCE_ROWS and gpt.hardware["drift_reference"] == f"mlp rows={rows:.0f}"
 
 
+def test_only_a_reference_in_the_trials_precision_corrects_its_default_figure() -> None:
+    """The fp32 reference corrects an fp32 trial's default figure; a bf16 trial keeps its raw
+    figure as the default, and its corrected one is still stored."""
+    measure = {"max_time_s": 1.0, "warmup_max_s": 1.0}
+    fp32, bf16 = (run_trial({"workload": "gpt", "config": {**TINY_GPT, "precision": p},
+                             "measure": measure}) for p in ("fp32", "bf16"))
+    for res in (fp32, bf16):
+        assert res.status == "ok", res.error
+        assert res.metrics["throughput_corrected"] > 0
+    assert fp32.metrics["drift_corrected"] == 1.0
+    assert fp32.metrics["throughput"] == fp32.metrics["throughput_corrected"]
+    assert bf16.metrics["drift_corrected"] == 0.0
+    assert bf16.metrics["throughput"] == bf16.metrics["throughput_raw"]
+
+
 def test_thread_waiting_env_is_set_unless_the_caller_chose() -> None:
     env: dict[str, str] = {}
     assert set_thread_waiting(env) == THREAD_WAIT_ENV and env == THREAD_WAIT_ENV

@@ -54,8 +54,9 @@ from .machine import (
     tune_cpu_allocator,
 )
 
-__all__ = ["CpuContention", "GpuTelemetry", "ReferenceWork", "StepReference", "ThrottleGuard", "default_device",
-           "device_peak_flops", "establish_reference_scale", "hardware_info", "host_record", "locked_json_cache", "MAX_CPU_WAIT",
+__all__ = ["CpuContention", "GpuTelemetry", "ReferenceWork", "StepReference", "ThrottleGuard",
+           "default_device", "device_peak_flops", "establish_reference_scale", "hardware_info",
+           "host_record", "locked_json_cache", "MAX_CPU_WAIT",
            "parse_smi_sample", "peak_memory_gib", "REFERENCE_ROWS", "reference_nominal",
            "reference_rows", "reference_usual", "usual_speed", "reset_peak_memory",
            "summarize_telemetry", "tune_cpu_allocator", "cpu_model"]

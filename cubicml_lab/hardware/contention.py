@@ -170,6 +170,8 @@ class _Gauge:
     sample_s: float = 0.02
     steps: int = 0  # steps per sample, set by the first sample
     name: int | str = DEFAULT_REFERENCE_ROWS
+    #: The precision its matmuls run in: it gauges trials that run in the same one.
+    precision: str = "fp32"
 
     def _step(self) -> None:
         raise NotImplementedError
@@ -258,10 +260,12 @@ class StepReference(_Gauge):
             speeds): another configuration, or another version of the workload, is another
             scale.
         sample_s: Seconds one sample lasts, about.
+        precision: The precision the reference configuration's matmuls run in.
     """
 
-    def __init__(self, step: Callable[[], object], name: str, sample_s: float = 0.02) -> None:
-        self._run, self.name, self.sample_s = step, name, sample_s
+    def __init__(self, step: Callable[[], object], name: str, sample_s: float = 0.02,
+                 precision: str = "fp32") -> None:
+        self._run, self.name, self.sample_s, self.precision = step, name, sample_s, precision
         self.steps = 0
 
     def _step(self) -> None:

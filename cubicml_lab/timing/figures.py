@@ -165,6 +165,8 @@ DRIFT_EXPONENT = 1.0
 #: 5 of 9 configs within 3% against 2; while the host's or other sessions' load drifted: 7.8%
 #: against 18%, 10.3% against 25%; the exception 10.5% against 5.6%). The tau between repeats,
 #: where drift hits all configs of a round alike, was a draw (each won one run of dlrm).
+#: A trial keeps its raw figure as the default when its reference runs in another precision than
+#: its own matmuls (``cubicml_lab.trials._corrects``).
 DRIFT_CORRECTED_DEFAULT = True
 #: Log-variance given to a flagged (contended) figure: its clean windows were too few.
 CONTENDED_LOG_VAR = 0.05

@@ -213,7 +213,7 @@ class DLRMWorkload(Workload):
     version = "1"
     units = "samples"
     #: Its trials' CPU drift reference: a dlrm of 256 samples and 1,000 rows per table (about
-    #: 4 ms a step on a 2-core VM). Its drift is theirs, where the MLP's is not
+    #: 13 ms a step on a 2-core VM). Its drift is theirs, where the MLP's is not
     #: (:class:`~cubicml_lab.hardware.StepReference` has the measurement).
     drift_reference = {"batch_size": 256, "rows": 1000}
 
