@@ -399,9 +399,10 @@ def _build_and_time(workload: Any, config: dict[str, Any], options: Any, device:
                               f"{config.get('lr')!r}?); the step time of a diverged run is not "
                               "reported")
     speed = reference_metrics(timing)["reference_speed"]
-    nominal = (reference_nominal(speed, threads, rows=scale,
+    nominal = (reference_nominal(speed, threads, rows=scale, first=not timing.contended,
                                  record=world.rank == 0 and not timing.contended)
-               if math.isfinite(speed) else None)
+               if math.isfinite(speed) else math.nan)  # a contended figure sets no scale
+    nominal = nominal if math.isfinite(nominal) else None
     metrics = summarize(timing, built.units_per_step, built.flops_per_step, peak_flops,
                         built.n_devices, units=workload.units, reference_nominal=nominal,
                         drift_corrected=_corrects(reference, built.precision))

@@ -7,6 +7,7 @@ The competing load is real: busy Python processes, one per core this process may
 from __future__ import annotations
 
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -136,7 +137,9 @@ def test_reference_is_stable_on_an_idle_machine(rows: int) -> None:
     assert spread <= ReferenceWork.tolerance and halves <= ReferenceWork.tolerance, (
         f"{len(rounds)} rounds, (IQR / median, halves apart) of each: "
         f"{[(round(r[0], 3), round(r[1], 3)) for r in rounds]}; the last: {clean}")
-    assert 0.01 <= ref.steps * med <= 0.06  # a sample lasts about 20 ms
+    # a sample lasts about 20 ms, or is one step where one step takes longer (the 1,024-row
+    # reference takes about 47 ms a step on a 2-core VM, 69-103 ms in a slow spell)
+    assert 0.01 <= ref.steps * med <= 0.06 or (ref.steps == 1 and med > 0.03)
 
 
 def test_reference_sizes_follow_the_trial_and_bad_sizes_are_refused() -> None:
@@ -207,6 +210,10 @@ def test_a_workload_that_names_its_reference_is_corrected_by_it(tmp_path, monkey
     assert entry["steps_per_s"] == first.metrics["reference_speed"]
     assert entry["recent"] == [first.metrics["reference_speed"], second.metrics["reference_speed"]]
     assert not any(k.endswith("|rows=256") for k in cache)  # the MLP scale was not needed
+    # a figure taken beside other work does not become a missing scale's nominal
+    for _ in range(2):  # NaN both times: nothing was kept
+        assert math.isnan(reference_nominal(1.0, 2, rows="another", first=False))
+    assert reference_nominal(3.0, 2, rows="another") == 3.0
     # corrected = raw scaled by nominal / reference (per window, so about the medians' ratio)
     m = second.metrics
     want = entry["steps_per_s"] / m["reference_speed"]

@@ -200,9 +200,9 @@ class ReferenceWork(_Gauge):
     The forward and backward pass of a fixed two-layer MLP (256 -> 1024 -> 256, GELU, fp32,
     a batch of ``rows``; 0.8 GFLOP per step at 256 rows), run with torch's current thread count:
     its matmuls and elementwise ops are large enough to use every thread, as a trial's do (a
-    smaller one ran on one thread and did not feel what a 2-thread trial felt). A trial's figures divided by this figure, taken
-    in the same process next to its windows, cancel what slows both alike: clock changes,
-    other tenants of a virtual machine, cache and memory state.
+    smaller one ran on one thread and did not feel what a 2-thread trial felt). A trial's
+    figures divided by this figure, taken in the same process next to its windows, cancel what
+    slows both alike: clock changes, other tenants of a virtual machine, cache and memory state.
 
     What slows a step depends on its working set, so a trial's reference has about as many rows
     as its own matmuls (:func:`reference_rows`). Measured on a 2-core VM, 4 gpt configurations
@@ -249,10 +249,11 @@ class StepReference(_Gauge):
     A matmul-bound MLP does not feel what slows every workload: on a 2-core VM (2026-11-27, 5
     fresh processes per configuration, each sampling both references next to its windows), the
     5 dlrm configurations of ``benchmarks/measure_repeatability.py`` spread 11-18% raw and still
-    5-18% (median 15.7%) over the MLP, whose samples did not move with theirs (correlation 0.0
-    over 30 rounds of windows), but 2.5-5.7% (median 4.6%) over a dlrm of 256 samples and
-    1,000 rows per table, whose drift they followed with a slope of 0.7-1.2. gpt's configurations
-    kept the MLP (3.0-4.3% over it, 4.8-6.7% over a one-layer gpt).
+    5-18% (median 15.7%) over the MLP, whose samples hardly moved with theirs (correlation -0.00
+    to 0.32 over 30 rounds of windows, 0.64-0.88 with the small dlrm), but 2.5-5.7% (median
+    4.6%) over a dlrm of 256 samples and 1,000 rows per table, whose drift they followed with a
+    slope of 0.7-1.2. gpt's configurations kept the MLP (3.0-4.3% over it, 4.8-6.7% over a
+    one-layer gpt).
 
     Args:
         step: Runs one step of the reference configuration.
@@ -281,7 +282,7 @@ def _key(threads: int, rows: int | str = DEFAULT_REFERENCE_ROWS) -> str:
 
 
 def reference_nominal(speed: float, threads: int, record: bool = False,
-                      rows: int | str = DEFAULT_REFERENCE_ROWS) -> float:
+                      rows: int | str = DEFAULT_REFERENCE_ROWS, *, first: bool = True) -> float:
     """This machine's nominal :class:`ReferenceWork` speed (reference steps/s) at ``threads``
     for the reference of ``rows``.
 
@@ -301,11 +302,15 @@ def reference_nominal(speed: float, threads: int, record: bool = False,
             or non-positive one is not added.
         rows: The reference's size (:data:`REFERENCE_ROWS`), or a :class:`StepReference`'s
             name (its nominal is the first figure offered).
+        first: Whether ``speed`` may become the nominal when none is kept; if not (a figure
+            taken beside other work), NaN is returned and nothing is kept.
     """
     key = _key(threads, rows)
     with locked_json_cache("reference.json") as cache:
         entry = cache.get(key)
         if not isinstance(entry, dict):
+            if not first:
+                return math.nan
             entry = cache[key] = {"steps_per_s": float(speed), "measured_at": time.time()}
         if record and math.isfinite(speed) and speed > 0:
             kept = entry.get("recent")
