@@ -186,8 +186,8 @@ def test_a_step_reference_calibrates_its_samples_to_about_20_ms() -> None:
     2 ms per step, with about 10 steps in a sample."""
     ref = StepReference(lambda: time.sleep(0.002), "sleep 2 ms")
     samples = [ref.sample() for _ in range(5)]
-    assert 5 <= ref.steps <= 10, ref.steps
-    assert all(0.002 <= s < 0.004 for s in samples), samples
+    assert 3 <= ref.steps <= 10, ref.steps  # a busy machine oversleeps: fewer, longer steps
+    assert all(0.002 <= s < 0.007 for s in samples), samples
 
 
 def test_a_workload_that_names_its_reference_is_corrected_by_it(tmp_path, monkeypatch) -> None:
@@ -203,6 +203,9 @@ def test_a_workload_that_names_its_reference_is_corrected_by_it(tmp_path, monkey
     for res in (first, second):
         assert res.status == "ok", res.error
         assert res.hardware["drift_reference"] == name
+    if any(res.metrics["contended"] for res in (first, second)):  # no clean reference sample
+        pytest.skip("machine busy: a dlrm trial was flagged contended")
+    for res in (first, second):
         assert res.metrics["reference_rows"] != res.metrics["reference_rows"]  # NaN: no MLP
         assert res.metrics["reference_speed"] > 0
     cache = json.loads((tmp_path / "reference.json").read_text())
@@ -232,6 +235,9 @@ def test_only_a_reference_in_the_trials_precision_corrects_its_default_figure() 
                              "measure": measure}) for p in ("fp32", "bf16"))
     for res in (fp32, bf16):
         assert res.status == "ok", res.error
+    if any(res.metrics["contended"] for res in (fp32, bf16)):  # no clean reference sample
+        pytest.skip("machine busy: a gpt trial was flagged contended")
+    for res in (fp32, bf16):
         assert res.metrics["throughput_corrected"] > 0
     assert fp32.metrics["drift_corrected"] == 1.0
     assert fp32.metrics["throughput"] == fp32.metrics["throughput_corrected"]
