@@ -32,3 +32,24 @@ def tmp_store(tmp_path):
     store = TrialStore(tmp_path / "lab.sqlite")
     yield store
     store.close()
+
+
+@pytest.hookimpl(trylast=True)  # after -m and -k have deselected
+def pytest_collection_modifyitems(config, items):
+    """A notebook that tests/test_browser.py runs in JupyterLab in this session (Run All Cells,
+    then no error output and every cell run) is not also run headless by tests/test_notebooks.py:
+    the browser's run covers the headless one and costs as much again (notebook 04: 84 s then
+    92 s). Where the browser test skips, or is not selected, the headless run stays."""
+    in_browser = {item.callspec.params["name"] for item in items
+                  if item.originalname == "test_notebook_runs_all_cells_in_jupyterlab"}
+    if not in_browser:
+        return
+    from lab_server import browser_missing
+
+    if browser_missing():
+        return
+    for item in items:
+        if (item.originalname == "test_notebook_executes_in_smoke_mode"
+                and item.callspec.params["py"].stem in in_browser):
+            item.add_marker(pytest.mark.skip(
+                reason="run in JupyterLab by tests/test_browser.py in this session"))

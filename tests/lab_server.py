@@ -1,6 +1,7 @@
 """`make lab` for the tests: a free port, a token, its own process group, a stop that frees it.
 
-Used by tests/test_lab.py and tests/test_browser.py. The server is started exactly as a person
+Used by tests/test_lab.py and tests/test_browser.py (and tests/conftest.py asks it whether
+the browser test can run). The server is started exactly as a person
 starts it (`make lab`, with LAB_ARGS for the port and token), so that the tests prove the command
 the README documents. Stopping sends SIGTERM to the whole process group (make and jupyter): the
 server then shuts its kernels down (they run in sessions of their own, which a SIGKILL of the group
@@ -20,6 +21,21 @@ import urllib.request
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+CHROMIUM = Path("/usr/bin/chromium")
+
+
+def browser_missing() -> str | None:
+    """What tests/test_browser.py lacks here, with how to install it; ``None``: it can run."""
+    import importlib.util
+
+    if not CHROMIUM.exists():
+        return ("needs Debian's chromium at /usr/bin/chromium: apt-get install chromium "
+                "(CI installs it in .ci/system-deps)")
+    if importlib.util.find_spec("playwright") is None:
+        return "needs playwright: pip install playwright (in the dev extra)"
+    if importlib.util.find_spec("jupyterlab") is None:
+        return "needs JupyterLab: pip install -e '.[notebooks]'"
+    return None
 
 
 def free_port() -> int:

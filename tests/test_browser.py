@@ -16,11 +16,10 @@ import time
 from pathlib import Path
 
 import pytest
-from lab_server import REPO, LabServer
+from lab_server import CHROMIUM, REPO, LabServer, browser_missing
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
-CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 SCREENSHOTS = REPO / "runs" / "browser"
@@ -74,12 +73,9 @@ KERNEL_READY_JS = """() => {
 
 
 def _require_browser():
-    if not CHROMIUM.exists():
-        pytest.skip("needs Debian's chromium at /usr/bin/chromium: apt-get install chromium "
-                    "(CI installs it in .ci/system-deps)")
-    pytest.importorskip("playwright.sync_api",
-                        reason="needs playwright: pip install playwright (in the dev extra)")
-    pytest.importorskip("jupyterlab", reason="needs JupyterLab: pip install -e '.[notebooks]'")
+    missing = browser_missing()
+    if missing:
+        pytest.skip(missing)
 
 
 @pytest.fixture(scope="module")
@@ -95,6 +91,7 @@ def lab(tmp_path_factory):
            "PYTHONPATH": os.pathsep.join(p for p in [str(REPO), os.environ.get("PYTHONPATH")] if p)}
     server = LabServer(tmp / "lab.log", env=env, extra_args=(
         f"--LabApp.user_settings_dir={tmp / 'settings'}", f"--LabApp.workspaces_dir={tmp / 'ws'}"))
+    server.runs = tmp / "runs"  # type: ignore[attr-defined]
     with server:
         yield server
 
@@ -186,6 +183,7 @@ def test_notebook_runs_all_cells_in_jupyterlab(lab, browser, name):
     assert not unrun, f"code cells {unrun} did not run (prompts {state['prompts']})"
     if name not in NO_FIGURE_NOTEBOOKS:
         assert state["images"] >= 1, "no figure was rendered"
+        assert lab.runs.is_dir() and any(lab.runs.iterdir()), "nothing under CUBICML_LAB_RUNS"
     if name in WIDGET_NOTEBOOKS:
         assert state["widgets"] >= 1, "no ipywidget was rendered"
         assert state["dashboards"] >= 1, "the CampaignDashboard (.cubicml-dashboard) is not shown"

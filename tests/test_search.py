@@ -378,7 +378,8 @@ def test_a_sampled_pool_holds_the_neighbours_of_the_best(monkeypatch, space):
     assert {space.key(c) for c in s.neighbours(best)} == {space.key(c) for c in near}
 
 
-def test_two_objectives_search_and_pareto_front(space):
+def test_two_objectives_search_and_pareto_front(space, tmp_path, monkeypatch):
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "ext"))
     s = BayesianSearch(space, seed=0, n_init=4, second_objective="peak_mem_gib")
     for _ in range(6):
         for cfg in s.ask(2):
@@ -394,6 +395,7 @@ def test_two_objectives_search_and_pareto_front(space):
                                                       reverse=True)
     with pytest.raises(SearchError, match="pareto\\(\\) needs two objectives"):
         BayesianSearch(space).pareto()
+    assert not (tmp_path / "ext").exists(), "BoTorch's fused C++ kernel was compiled"
 
 
 def test_initial_design_is_at_most_a_tenth_of_an_explicit_pool(space):

@@ -273,10 +273,13 @@ def trials_to_near_best(searcher: Searcher, fn, budget: int, batch: int) -> int:
 
 @pytest.mark.slow
 def test_the_mlp_guided_search_finds_a_near_best_config_faster_than_random(one_torch_thread):
-    """About 30 s: 8 guided campaigns of up to 25 MLP fits on 10 * 9 * 3 = 270 configurations,
-    two of them within 5% of the best. Random search needs about 90 trials (measured: median
-    104 over 20 seeds); guided search about 30, though pure top-k exploitation sometimes sticks
-    to the wrong precision for a while."""
+    """About 55 s: 5 guided campaigns of at most 45 trials (11 MLP fits) on 10 * 9 * 3 = 270
+    configurations, two of them within 5% of the best. Random search needs about 90 trials
+    (measured: median 104 over 20 seeds); guided search about 30 (seeds 0-11 on 2026-11-27: 25,
+    23, 41, 29, 97, 24, 78, 19, 42, 34, 40, 25), though pure top-k exploitation sometimes sticks
+    to the wrong precision for a while: a campaign is cut at 45 trials, the most the median may
+    be, and counts as 46. benchmarks/search_efficiency.py compares the searchers on the shipped
+    tables."""
     space = Space([PowerOfTwo("micro_batch", 1, 512),
                    Ordinal("d_model", [128, 192, 256, 320, 384, 512, 640, 768, 1024]),
                    Choice("precision", ["fp32", "bf16", "fp16"])])
@@ -286,8 +289,8 @@ def test_the_mlp_guided_search_finds_a_near_best_config_faster_than_random(one_t
         return 1e4 * math.exp(-((mb - 5.6) / 1.8) ** 2 - ((d - 8.4) / 0.9) ** 2) \
             * SPEEDUP[cfg["precision"]]
 
-    guided_n = [trials_to_near_best(PredictorGuidedSearch(space, seed=s), fn, 100, 4)
-                for s in range(8)]
+    guided_n = [trials_to_near_best(PredictorGuidedSearch(space, seed=s), fn, 45, 4)
+                for s in range(5)]
     random_n = [trials_to_near_best(RandomSearch(space, seed=s), fn, 270, 4) for s in range(20)]
     assert np.median(guided_n) <= min(45, 0.5 * np.median(random_n)), (guided_n, random_n)
 

@@ -59,7 +59,8 @@ def jobs_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def timed_out(cluster: SlurmCluster, jobs_folder: Path) -> Iterator[Future[TrialResult]]:
-    """A trial past its 1-minute limit, started first and left running while others run."""
+    """A trial past its 1-minute limit, started first and left running while others run: the
+    tests that need the whole node (a node failure, two srun tasks) come last in this module."""
     with ThreadPoolExecutor(1) as pool:
         launcher = Slurm(time_limit_min=1, folder=jobs_folder, mem_gib=1)
         started = time.monotonic()
@@ -122,64 +123,6 @@ def test_cancelled_trial_ends_failed(cluster: SlurmCluster, jobs_folder: Path) -
         res = future.result(timeout=60)
     assert res.status == "failed" and "CANCELLED" in res.error
     assert res.hardware["slurm"]["job_id"] == job_ids[0]
-
-
-def test_trial_past_its_time_limit_ends_timeout(timed_out: Future[TrialResult]) -> None:
-    res = timed_out.result(timeout=150)
-    took = time.monotonic() - timed_out.started  # type: ignore[attr-defined]
-    assert res.status == "timeout", res.error
-    assert res.hardware["slurm"]["state"] == "TIMEOUT" and "time limit" in res.error
-    print(f"\n1-minute limit: timeout after {took:.0f} s")
-    assert 55 < took < 150
-
-
-def _running_job(cluster: SlurmCluster, seen: list[str], timeout_s: float = 60) -> str:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        out = cluster.command("squeue", "-h", "-t", "RUNNING", "-o", "%i").stdout.split()
-        fresh = [j for j in out if j not in seen]
-        if fresh:
-            return fresh[0]
-        time.sleep(0.5)
-    raise AssertionError(f"no new running job in {timeout_s} s (seen {seen})")
-
-
-def _fail_node(cluster: SlurmCluster) -> None:
-    """Mark the node down (its jobs end NODE_FAIL) and wait until it takes jobs again."""
-    cluster.command("scontrol", "update", "nodename=localhost", "state=down",
-                    "reason=cubicml test")
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        state = cluster.command("sinfo", "-h", "-N", "-o", "%T").stdout.strip()
-        if state in ("idle", "mixed", "allocated"):
-            return
-        if time.monotonic() > deadline - 15:
-            cluster.command("scontrol", "update", "nodename=localhost", "state=resume")
-        time.sleep(0.5)
-    raise AssertionError(f"node still {state} after a failure")
-
-
-def test_node_failure_is_submitted_again_up_to_the_limit(
-        cluster: SlurmCluster, jobs_folder: Path, timed_out: Future[TrialResult]) -> None:
-    timed_out.result(timeout=150)  # a node failure ends every job on the node: let it end first
-    launcher = Slurm(time_limit_min=5, folder=jobs_folder, mem_gib=1, max_requeue=1)
-    seen = cluster.command("squeue", "-h", "-o", "%i").stdout.split()  # jobs not ours
-    others = len(seen)
-    with ThreadPoolExecutor(1) as pool:
-        future = pool.submit(launcher.run, LONG_SPEC)
-        try:
-            for _ in range(2):  # the first failure is submitted again, the second is final
-                seen.append(_running_job(cluster, seen))
-                _fail_node(cluster)
-            res = future.result(timeout=60)
-        finally:
-            launcher.cancel()
-    slurm = res.hardware["slurm"]
-    assert res.status == "failed" and slurm["state"] == "NODE_FAIL", res.error
-    assert slurm["attempts"] == 2 and slurm["job_id"] == seen[others + 1]
-    time.sleep(2)  # Slurm's own requeue of a failed node's job would show it pending again
-    left = cluster.command("squeue", "-h", "-o", "%i").stdout.split()
-    assert not set(left) & set(seen[others:]), f"a failed job came back: {left}"
 
 
 def test_describe_round_trips_and_bad_options_fail() -> None:
@@ -348,6 +291,64 @@ def test_stop_cancels_a_running_campaigns_job_and_a_dead_runs_job(
     while _sacct_state(cluster, orphan) != "CANCELLED" and time.monotonic() < deadline:
         time.sleep(0.5)
     assert _sacct_state(cluster, orphan) == "CANCELLED"
+
+
+def test_trial_past_its_time_limit_ends_timeout(timed_out: Future[TrialResult]) -> None:
+    res = timed_out.result(timeout=150)
+    took = time.monotonic() - timed_out.started  # type: ignore[attr-defined]
+    assert res.status == "timeout", res.error
+    assert res.hardware["slurm"]["state"] == "TIMEOUT" and "time limit" in res.error
+    print(f"\n1-minute limit: timeout after {took:.0f} s")
+    assert 55 < took < 150
+
+
+def _running_job(cluster: SlurmCluster, seen: list[str], timeout_s: float = 60) -> str:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        out = cluster.command("squeue", "-h", "-t", "RUNNING", "-o", "%i").stdout.split()
+        fresh = [j for j in out if j not in seen]
+        if fresh:
+            return fresh[0]
+        time.sleep(0.5)
+    raise AssertionError(f"no new running job in {timeout_s} s (seen {seen})")
+
+
+def _fail_node(cluster: SlurmCluster) -> None:
+    """Mark the node down (its jobs end NODE_FAIL) and wait until it takes jobs again."""
+    cluster.command("scontrol", "update", "nodename=localhost", "state=down",
+                    "reason=cubicml test")
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        state = cluster.command("sinfo", "-h", "-N", "-o", "%T").stdout.strip()
+        if state in ("idle", "mixed", "allocated"):
+            return
+        if time.monotonic() > deadline - 15:
+            cluster.command("scontrol", "update", "nodename=localhost", "state=resume")
+        time.sleep(0.5)
+    raise AssertionError(f"node still {state} after a failure")
+
+
+def test_node_failure_is_submitted_again_up_to_the_limit(
+        cluster: SlurmCluster, jobs_folder: Path, timed_out: Future[TrialResult]) -> None:
+    timed_out.result(timeout=150)  # a node failure ends every job on the node: let it end first
+    launcher = Slurm(time_limit_min=5, folder=jobs_folder, mem_gib=1, max_requeue=1)
+    seen = cluster.command("squeue", "-h", "-o", "%i").stdout.split()  # jobs not ours
+    others = len(seen)
+    with ThreadPoolExecutor(1) as pool:
+        future = pool.submit(launcher.run, LONG_SPEC)
+        try:
+            for _ in range(2):  # the first failure is submitted again, the second is final
+                seen.append(_running_job(cluster, seen))
+                _fail_node(cluster)
+            res = future.result(timeout=60)
+        finally:
+            launcher.cancel()
+    slurm = res.hardware["slurm"]
+    assert res.status == "failed" and slurm["state"] == "NODE_FAIL", res.error
+    assert slurm["attempts"] == 2 and slurm["job_id"] == seen[others + 1]
+    time.sleep(2)  # Slurm's own requeue of a failed node's job would show it pending again
+    left = cluster.command("squeue", "-h", "-o", "%i").stdout.split()
+    assert not set(left) & set(seen[others:]), f"a failed job came back: {left}"
 
 
 GPT2 = {"d_model": 32, "n_layers": 2, "n_heads": 4, "seq_len": 16, "vocab": 128,
