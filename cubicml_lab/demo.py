@@ -206,7 +206,8 @@ def predictor_report(df: pd.DataFrame, space: Space, objective: str = "throughpu
 
 def run_demo(budget: int = 14, store: str | os.PathLike[str] = "data/demo.sqlite",
              out: str | os.PathLike[str] = "runs", *, campaign: str | None = None, seed: int = 0,
-             launcher: str = "subprocess", progress: bool = True
+             launcher: str = "subprocess", progress: bool = True,
+             max_time_s: float = DEMO_MEASURE["max_time_s"]
              ) -> tuple[dict[str, Any], matplotlib.figure.Figure]:
     """Run the demo campaign end to end and print what it found.
 
@@ -218,6 +219,8 @@ def run_demo(budget: int = 14, store: str | os.PathLike[str] = "data/demo.sqlite
         seed: Seed of the Bayesian search and the GP.
         launcher: ``"subprocess"`` (a fresh interpreter per trial) or ``"inprocess"``.
         progress: Show the tqdm bar.
+        max_time_s: Seconds of timed steps per trial (:data:`DEMO_MEASURE`: 6); its warm-up
+            may take half as long, at most 3 s. Shorter is quicker and noisier.
 
     Returns:
         A summary dict (best config, speed-up, Kendall tau, paths...) and the figure. The best
@@ -251,7 +254,10 @@ def run_demo(budget: int = 14, store: str | os.PathLike[str] = "data/demo.sqlite
     trial_store = TrialStore(store)
     runner = Subprocess(timeout_s=120) if launcher == "subprocess" else InProcess()
     camp = Campaign(name, space, workload="gpt", launcher=runner, searcher=search,
-                    store=trial_store, measure_options=DEMO_MEASURE, reference=DEFAULT_CONFIG)
+                    store=trial_store, reference=DEFAULT_CONFIG,
+                    measure_options={**DEMO_MEASURE, "max_time_s": max_time_s,
+                                     "warmup_max_s": min(DEMO_MEASURE["warmup_max_s"],
+                                                         max_time_s / 2)})
     t0 = time.perf_counter()
     df = camp.run(budget, progress=progress)
     elapsed = time.perf_counter() - t0

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import csv
+import json
+import sqlite3
 import subprocess
 import sys
 
@@ -18,7 +20,7 @@ def cli(*args, cwd=None):
 def test_demo_report_export(tmp_path):
     store, out = tmp_path / "demo.sqlite", tmp_path / "runs"
     run = cli("demo", "--budget", "5", "--store", str(store), "--out", str(out), "--campaign", "d",
-              "--launcher", "inprocess", "--no-progress")
+              "--launcher", "inprocess", "--no-progress", "--max-time-s", "1")
     assert run.returncode == 0, run.stderr[-2000:]
     text = run.stdout
     assert "all trials:" in text and "tokens_per_s" in text
@@ -29,6 +31,9 @@ def test_demo_report_export(tmp_path):
     # the first trial is the stated default configuration
     first = [line for line in text.splitlines() if line.startswith("trial ")][0]
     assert "micro_batch=8" in first and "precision=fp32" in first
+    with sqlite3.connect(store) as db:  # the 1-s budget is the campaign's measure option
+        (meta,) = db.execute("SELECT metadata FROM campaigns WHERE name = 'd'").fetchone()
+    assert json.loads(meta)["measure_options"] == {"max_time_s": 1.0, "warmup_max_s": 0.5}
 
     report = cli("report", "d", "--store", str(store))
     assert report.returncode == 0, report.stderr

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -34,8 +35,9 @@ STEPS = 3
 pytestmark = pytest.mark.slow
 
 
-def run_losses(tmp_path: Path, workload: str, config: dict, nproc: int) -> dict:
-    """Rank 0's record after STEPS steps, under torchrun (nproc > 1) or as one plain process."""
+def run_losses(tmp_path: Path, workload: str, config: dict | list[dict], nproc: int) -> Any:
+    """Rank 0's record after STEPS steps, under torchrun (nproc > 1) or as one plain process;
+    a list of records for a list of configs, run one after another in the same processes."""
     out = tmp_path / f"{uuid.uuid4().hex}.json"
     args = [str(WORKER), workload, json.dumps(config), str(STEPS), str(out)]
     if nproc > 1:
@@ -81,16 +83,26 @@ def run_flops(config: dict) -> float:
     return flops_per_step(get("gpt").resolve(config))
 
 
-@pytest.mark.parametrize("extra", [
-    {"optimizer": "adagrad"},
-    {"optimizer": "sgd", "sparse_grads": True},
-    {"optimizer": "adam", "sparse_grads": True, "interaction": "cat"},
-])
-def test_dlrm_table_wise_sharding_trains_like_replicated(tmp_path, extra) -> None:
-    cfg = {**DLRM, **extra}
-    single = run_losses(tmp_path, "dlrm", cfg, 1)
-    replicated = run_losses(tmp_path, "dlrm", {**cfg, "embedding_sharding": "replicated"}, 2)
-    sharded = run_losses(tmp_path, "dlrm", {**cfg, "embedding_sharding": "table_wise"}, 2)
+DLRM_EXTRAS = [{"optimizer": "adagrad"}, {"optimizer": "sgd", "sparse_grads": True},
+               {"optimizer": "adam", "sparse_grads": True, "interaction": "cat"}]
+
+
+@pytest.fixture(scope="module")
+def dlrm_runs(tmp_path_factory) -> dict[str, list[dict]]:
+    """Every DLRM_EXTRAS config as one process, replicated over 2 and table-wise over 2: three
+    launches, each training the configs one after another."""
+    tmp = tmp_path_factory.mktemp("dlrm")
+    cfgs = [{**DLRM, **extra} for extra in DLRM_EXTRAS]
+    return {"single": run_losses(tmp, "dlrm", cfgs, 1),
+            **{way: run_losses(tmp, "dlrm", [{**c, "embedding_sharding": way} for c in cfgs], 2)
+               for way in ("replicated", "table_wise")}}
+
+
+@pytest.mark.parametrize("i", range(len(DLRM_EXTRAS)),
+                         ids=[",".join(f"{k}={v}" for k, v in e.items()) for e in DLRM_EXTRAS])
+def test_dlrm_table_wise_sharding_trains_like_replicated(dlrm_runs, i) -> None:
+    single, replicated, sharded = (dlrm_runs[k][i] for k in ("single", "replicated",
+                                                              "table_wise"))
     assert sharded["parallel"] == {"embedding_sharding": "table_wise", "tables_here": 2}
     assert replicated["parallel"]["tables_here"] == DLRM["num_tables"]
     assert replicated["losses"][0] == pytest.approx(single["losses"][0], rel=1e-5)
