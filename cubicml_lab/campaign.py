@@ -890,3 +890,14 @@ class Campaign(CampaignView):
     def _sync_told(self) -> None:
         for t in self.trials():
             self._tell(t)
+
+    def recommend(self) -> tuple[dict[str, Any], float]:
+        """:meth:`CampaignView.recommend`, the searcher first told the trials finished in the
+        store since (by another process) unless this campaign is running; :meth:`best` where
+        the searcher refuses one of them (a trial stored outside the space)."""
+        if not self._running:
+            try:
+                self._sync_told()
+            except SearchError:
+                return self.best()
+        return super().recommend()

@@ -34,6 +34,10 @@ if TYPE_CHECKING:
 __all__ = ["CampaignView", "status_counts"]
 
 
+def _knob_text(config: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in config.items())
+
+
 class CampaignView:
     """What a :class:`~cubicml_lab.Campaign` shows of itself; it reads the store and changes
     nothing."""
@@ -79,6 +83,29 @@ class CampaignView:
         best = pick(ok, key=lambda t: t.metrics[self.objective])
         return {n: best.config[n] for n in self.space.names}, float(best.metrics[self.objective])
 
+    def recommend(self) -> tuple[dict[str, Any], float]:
+        """The configuration to run, with its measured value: the searcher's pick among the
+        configurations it was told measured where it makes one
+        (:meth:`~cubicml_lab.BayesianSearch.recommend`: the highest posterior mean, which weighs
+        each figure by its noise and its neighbours', where the best single measurement won
+        partly by its own noise), else :meth:`best`. The value is :meth:`measured_value` (the
+        median of its ok trials).
+
+        Raises:
+            SearchError: If the campaign has no successful trial yet.
+        """
+        pick = getattr(self.searcher, "recommend", None)
+        if pick is not None:
+            try:
+                config, _ = pick()
+            except SearchError:  # told nothing yet (trials another process stored)
+                return self.best()
+            config = {n: config[n] for n in self.space.names}
+            value = self.measured_value(config)
+            if value is not None:
+                return config, value
+        return self.best()
+
     def reference_value(self) -> float | None:
         """The objective measured for :attr:`reference` (:meth:`measured_value`), or None."""
         return None if self.reference is None else self.measured_value(self.reference)
@@ -98,8 +125,10 @@ class CampaignView:
         Returns:
             A dict with ``trials`` (count), ``by_status`` ({status: count}), ``contended``
             (ok trials the contention guard flagged), ``best_config``, ``best`` (objective
-            value), ``reference`` (its value), ``speedup`` (best / reference, for a maximised
-            objective), ``stop_reason``, ``waiting``.
+            value: the best single measurement), ``recommended_config`` and ``recommended``
+            (:meth:`recommend`: the searcher's pick and its measured value), ``reference`` (its
+            value), ``speedup`` (recommended / reference, for a maximised objective),
+            ``stop_reason``, ``waiting``.
         """
         trials = self.trials()
         by_status: dict[str, int] = {}
@@ -107,20 +136,23 @@ class CampaignView:
             by_status[t.status] = by_status.get(t.status, 0) + 1
         contended = sum(t.status == "ok" and is_contended(t.metrics) for t in trials)
         try:
-            best_config, best = self.best()
+            (best_config, best), (rec_config, rec) = self.best(), self.recommend()
         except SearchError:
-            best_config, best = None, None
+            best_config = best = rec_config = rec = None
         ref = self.reference_value()
         speedup = None
-        if best is not None and ref:
+        if rec is not None and ref:
             maximize = getattr(self.searcher, "direction", "maximize") == "maximize"
-            speedup = best / ref if maximize else ref / best
+            speedup = rec / ref if maximize else ref / rec
         return {"trials": len(trials), "by_status": by_status, "contended": contended,
-                "best_config": best_config,
-                "best": best, "reference": ref, "speedup": speedup,
+                "best_config": best_config, "best": best,
+                "recommended_config": rec_config, "recommended": rec,
+                "reference": ref, "speedup": speedup,
                 "stop_reason": self.stop_reason, "waiting": len(self.proposals)}
 
     def _facts(self) -> list[tuple[str, Any]]:
+        from ._html import fmt
+
         s = self.summary()
         facts: list[tuple[str, Any]] = [
             ("workload", self.workload.name), ("launcher", repr(self.launcher)),
@@ -128,12 +160,16 @@ class CampaignView:
             ("trials", status_counts(s) or "none yet")]
         if s["best"] is not None:
             facts.append((f"best {self.objective}", s["best"]))
-            facts.append(("best config",
-                          ", ".join(f"{k}={v}" for k, v in s["best_config"].items())))
+            facts.append(("best config", _knob_text(s["best_config"])))
+        if s["recommended"] is not None and s["recommended_config"] != s["best_config"]:
+            facts.append(("recommended", f"{_knob_text(s['recommended_config'])}: "
+                          f"{fmt(s['recommended'])} measured, rated higher by the searcher's "
+                          "model (the best single figure won partly by its noise)"))
         if s["reference"] is not None:
             facts.append((f"reference {self.objective}", s["reference"]))
         if s["speedup"] is not None:
-            facts.append(("speed-up over reference", f"{s['speedup']:.2f}x"))
+            what = "recommended" if s["recommended_config"] != s["best_config"] else "best"
+            facts.append((f"speed-up over reference ({what})", f"{s['speedup']:.2f}x"))
         if s["stop_reason"]:
             facts.append(("stopped", s["stop_reason"]))
         return facts

@@ -655,3 +655,31 @@ def test_a_contended_trial_is_counted_and_named_wherever_the_campaign_shows_its_
     clean = TrialResult(status="ok", metrics={**result.metrics, "contended": 0.0}, hardware={})
     assert "contended" not in format_trial(7, camp.space, {**cfg, "micro_batch": 4}, clean,
                                            "throughput")
+
+
+def test_the_card_recommends_the_searchers_pick_over_a_lucky_single_figure(gpt_space,
+                                                                           tmp_store):
+    make("rec", gpt_space, tmp_store)
+    lucky = {"micro_batch": 1, "precision": "fp32", "recompute": "none"}
+    steady = {"micro_batch": 8, "precision": "bf16", "recompute": "full"}
+    for knobs, values in ((lucky, (900.0, 500.0, 520.0)), (steady, (700.0, 690.0, 710.0))):
+        for value in values:
+            tmp_store.record_trial("rec", {**TINY, **knobs}, status="ok",
+                                   metrics={"throughput": value})
+    camp = cml.Campaign.from_store(tmp_store, "rec")  # its searcher told every stored trial
+    assert camp.best() == (lucky, 900.0)
+    assert camp.recommend() == (steady, 700.0)  # the median of its three figures
+    s = camp.summary()
+    assert (s["best"], s["recommended"], s["recommended_config"]) == (900.0, 700.0, steady)
+    card = str(camp)
+    assert "recommended: micro_batch=8, precision=bf16, recompute=full: 700 measured" in card
+    pytest.importorskip("ipywidgets")
+    from cubicml_lab import widgets
+
+    status = widgets.CampaignDashboard(camp).status.value
+    assert "best 900 throughput" in status
+    assert "recommended 700 (micro_batch=8, precision=bf16, recompute=full: the model" in status
+    # a campaign whose searcher has no model recommends its best single figure
+    plain = cml.Campaign.from_store(tmp_store, "rec", searcher=cml.RandomSearch(gpt_space))
+    assert plain.recommend() == plain.best() == (lucky, 900.0)
+    assert "recommended" not in str(plain)

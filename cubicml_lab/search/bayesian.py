@@ -461,6 +461,7 @@ class BayesianSearch(Searcher):
         self.feasibility_model: Any = None
         self.improvement_trace: list[float] = []
         self._anchors: dict[str, tuple[int, Any]] = {}
+        self._recommended: tuple[int, dict, float] | None = None  # (history length, pick)
         self._row_of: dict[str, int] = {}
         self._rows: list[np.ndarray] = []
         self._rows_tensor: Any = None
@@ -985,9 +986,20 @@ class BayesianSearch(Searcher):
         is not picked while another exists. Falls back to :meth:`best` while the GP cannot be
         fitted (fewer than 2 distinct ok configurations, a second objective, a failed fit).
 
+        The answer is kept until the next trial is told: a campaign's card and dashboard ask
+        for it at every refresh.
+
         Raises:
             SearchError: If no trial has been told with status "ok".
         """
+        kept = self._recommended
+        if kept is not None and kept[0] == len(self._history):
+            return dict(kept[1]), kept[2]
+        config, estimate = self._recommend()
+        self._recommended = (len(self._history), dict(config), estimate)
+        return config, estimate
+
+    def _recommend(self) -> tuple[dict, float]:
         configs, values, noise, covariate = self._gp_data()
         if self.second_objective is not None or not configs \
                 or self._not_ready(configs, values, 2, "the GP"):

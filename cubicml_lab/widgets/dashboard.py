@@ -196,9 +196,13 @@ class CampaignDashboard(W.VBox):
         counts = status_counts(s)
         n = s.get("trials", 0)
         parts = [f"{n} trial{'' if n == 1 else 's'}" + (f": {counts}" if counts else "")]
+        names = self.campaign.space.names
         if s.get("best") is not None:
             parts.append(f"best {fmt(s['best'])} {unit or self.campaign.objective} "
-                         f"({_knobs(s['best_config'], self.campaign.space.names)})")
+                         f"({_knobs(s['best_config'], names)})")
+        if s.get("recommended") is not None and s.get("recommended_config") != s["best_config"]:
+            parts.append(f"recommended {fmt(s['recommended'])} "
+                         f"({_knobs(s['recommended_config'], names)}: the model rates it higher)")
         if s.get("reference") is not None:
             parts.append(f"reference {fmt(s['reference'])}")
         if s.get("speedup") is not None:
