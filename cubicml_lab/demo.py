@@ -11,6 +11,7 @@ speed-up of the best configuration is measured against a real run, not a guess.
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from collections.abc import Mapping
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .campaign import Campaign
+from .errors import MeasurementError
 from .space import Choice, Ordinal, PowerOfTwo, Space
 from .store import TrialStore
 
@@ -236,6 +238,13 @@ def run_demo(budget: int = 14, store: str | os.PathLike[str] = "data/demo.sqlite
     from .plots import campaign_figure
     from .search import BayesianSearch
 
+    if isinstance(max_time_s, bool) or not isinstance(max_time_s, (int, float)) \
+            or not 0 < max_time_s < math.inf:  # refused before any trial runs
+        raise MeasurementError(f"max_time_s = {max_time_s!r} must be a number of seconds > 0",
+                               hint=f"the demo's default: {DEMO_MEASURE['max_time_s']} "
+                                    "(cubicml-lab demo --max-time-s 6)")
+    measure = {**DEMO_MEASURE, "max_time_s": max_time_s,
+               "warmup_max_s": min(DEMO_MEASURE["warmup_max_s"], max_time_s / 2)}
     space = demo_space()
     hw = hardware_info("cpu")
     name = campaign or time.strftime("demo-%Y%m%d-%H%M%S")
@@ -254,10 +263,7 @@ def run_demo(budget: int = 14, store: str | os.PathLike[str] = "data/demo.sqlite
     trial_store = TrialStore(store)
     runner = Subprocess(timeout_s=120) if launcher == "subprocess" else InProcess()
     camp = Campaign(name, space, workload="gpt", launcher=runner, searcher=search,
-                    store=trial_store, reference=DEFAULT_CONFIG,
-                    measure_options={**DEMO_MEASURE, "max_time_s": max_time_s,
-                                     "warmup_max_s": min(DEMO_MEASURE["warmup_max_s"],
-                                                         max_time_s / 2)})
+                    store=trial_store, measure_options=measure, reference=DEFAULT_CONFIG)
     t0 = time.perf_counter()
     df = camp.run(budget, progress=progress)
     elapsed = time.perf_counter() - t0

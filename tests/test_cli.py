@@ -51,3 +51,7 @@ def test_errors_are_one_clear_line(tmp_path):
     assert run.returncode == 2
     assert "no store at" in run.stderr and "Traceback" not in run.stderr
     assert not (tmp_path / "missing.sqlite").exists()
+    run = cli("demo", "--max-time-s", "0", "--store", str(tmp_path / "demo.sqlite"))
+    assert run.returncode == 2 and "Traceback" not in run.stderr
+    assert "max_time_s = 0.0 must be a number of seconds > 0" in run.stderr
+    assert not (tmp_path / "demo.sqlite").exists()  # refused before any trial
