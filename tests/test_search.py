@@ -421,3 +421,32 @@ def test_log_ei_standard_matches_botorch_and_stays_finite_in_the_tail():
     assert torch.isfinite(ours).all()
     assert ((ours - theirs).abs() / theirs.abs().clamp_min(1.0)).max() < 1e-9
     assert (ours[1:4001] >= ours[:4000]).all()  # expected improvement grows with z
+
+
+def test_recommend_from_another_thread_leaves_the_proposals_as_they_were(space):
+    """A dashboard's poll thread calls recommend() while the run loop asks: the asks propose
+    what a searcher nobody polled proposes (both fit on the searcher's caches, under a lock)."""
+    import threading
+
+    quiet, polled = (BayesianSearch(space, seed=5, n_init=4) for _ in range(2))
+    run(quiet, 4)
+    run(polled, 4)
+    done = threading.Event()
+    answers = []
+
+    def poll() -> None:
+        while not done.is_set():
+            answers.append(polled.recommend())
+
+    thread = threading.Thread(target=poll)
+    thread.start()
+    try:
+        for _ in range(4):
+            a, b = quiet.ask(), polled.ask()
+            assert a == b
+            for searcher, cfg in ((quiet, a[0]), (polled, b[0])):
+                searcher.tell(cfg, {"throughput": throughput(cfg)})
+    finally:
+        done.set()
+        thread.join()
+    assert answers and polled.recommend() == quiet.recommend()

@@ -120,6 +120,7 @@ stopped).
 from __future__ import annotations
 
 import math
+import threading
 import time
 import warnings
 from dataclasses import replace
@@ -462,6 +463,9 @@ class BayesianSearch(Searcher):
         self.improvement_trace: list[float] = []
         self._anchors: dict[str, tuple[int, Any]] = {}
         self._recommended: tuple[int, dict, float] | None = None  # (history length, pick)
+        # ask() and recommend() fit on the same caches (_anchors, drift_exponent): a
+        # dashboard's poll thread may call recommend() while a campaign's run loop asks
+        self._fit_lock = threading.RLock()
         self._row_of: dict[str, int] = {}
         self._rows: list[np.ndarray] = []
         self._rows_tensor: Any = None
@@ -861,6 +865,11 @@ class BayesianSearch(Searcher):
 
     # -- the Searcher hook ----------------------------------------------------------------------
     def _propose(self, n: int, pool: list[dict], rng: np.random.Generator) -> list[dict]:
+        with self._fit_lock:
+            return self._propose_locked(n, pool, rng)
+
+    def _propose_locked(self, n: int, pool: list[dict], rng: np.random.Generator
+                        ) -> list[dict]:
         import torch
 
         t0 = time.perf_counter()
@@ -992,12 +1001,13 @@ class BayesianSearch(Searcher):
         Raises:
             SearchError: If no trial has been told with status "ok".
         """
-        kept = self._recommended
-        if kept is not None and kept[0] == len(self._history):
-            return dict(kept[1]), kept[2]
-        config, estimate = self._recommend()
-        self._recommended = (len(self._history), dict(config), estimate)
-        return config, estimate
+        with self._fit_lock:
+            kept = self._recommended
+            if kept is not None and kept[0] == len(self._history):
+                return dict(kept[1]), kept[2]
+            config, estimate = self._recommend()
+            self._recommended = (len(self._history), dict(config), estimate)
+            return config, estimate
 
     def _recommend(self) -> tuple[dict, float]:
         configs, values, noise, covariate = self._gp_data()
