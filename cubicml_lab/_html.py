@@ -19,7 +19,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-__all__ = ["card", "fmt", "rows_table"]
+__all__ = ["card", "fmt", "knobs", "rows_table"]
 
 _STYLE = ("font-family: var(--jp-ui-font-family, sans-serif); font-size: 12px; "
           "border: 1px solid var(--jp-border-color2, #ddd); border-radius: 4px; "
@@ -41,6 +41,13 @@ def fmt(value: Any) -> str:
             return f"{value:.4g}"
         return f"{value:,.4g}" if abs(value) < 1000 else f"{value:,.0f}"
     return str(value)
+
+
+def knobs(config: Mapping[str, Any], names: Sequence[str] | None = None) -> str:
+    """A configuration as ``name=value, ...``: the knobs ``names`` names that ``config`` holds,
+    in that order, or all of them in the configuration's own order."""
+    return ", ".join(f"{n}={config[n]}" for n in (config if names is None else names)
+                     if n in config)
 
 
 def rows_table(columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:

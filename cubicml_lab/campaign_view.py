@@ -34,10 +34,6 @@ if TYPE_CHECKING:
 __all__ = ["CampaignView", "status_counts"]
 
 
-def _knob_text(config: dict[str, Any]) -> str:
-    return ", ".join(f"{k}={v}" for k, v in config.items())
-
-
 class CampaignView:
     """What a :class:`~cubicml_lab.Campaign` shows of itself; it reads the store and changes
     nothing."""
@@ -151,7 +147,7 @@ class CampaignView:
                 "stop_reason": self.stop_reason, "waiting": len(self.proposals)}
 
     def _facts(self) -> list[tuple[str, Any]]:
-        from ._html import fmt
+        from ._html import fmt, knobs
 
         s = self.summary()
         facts: list[tuple[str, Any]] = [
@@ -160,9 +156,9 @@ class CampaignView:
             ("trials", status_counts(s) or "none yet")]
         if s["best"] is not None:
             facts.append((f"best {self.objective}", s["best"]))
-            facts.append(("best config", _knob_text(s["best_config"])))
+            facts.append(("best config", knobs(s["best_config"])))
         if s["recommended"] is not None and s["recommended_config"] != s["best_config"]:
-            facts.append(("recommended", f"{_knob_text(s['recommended_config'])}: "
+            facts.append(("recommended", f"{knobs(s['recommended_config'])}: "
                           f"{fmt(s['recommended'])} measured, rated higher by the searcher's "
                           "model (the best single figure won partly by its noise)"))
         if s["reference"] is not None:

@@ -672,12 +672,11 @@ class BayesianSearch(Searcher):
         from botorch.acquisition.multi_objective.logei import (
             qLogNoisyExpectedHypervolumeImprovement,
         )
-
-        if getattr(logei, "_C", None) is None and hasattr(logei, "_load_attempted"):
-            logei._load_attempted = True  # no JIT build of the fused kernel (module doc)
         from botorch.models import ModelListGP
         from botorch.utils.multi_objective.box_decompositions import DominatedPartitioning
 
+        if getattr(logei, "_C", None) is None and hasattr(logei, "_load_attempted"):
+            logei._load_attempted = True  # no JIT build of the fused kernel (module doc)
         model = ModelListGP(self.predictor.model, self.second_predictor.model)
         with torch.no_grad():
             Y = model.posterior(X_base).mean

@@ -7,7 +7,7 @@ import base64
 import html
 import io
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import ipywidgets as W
@@ -37,10 +37,6 @@ def _error_html(err: BaseException, prefix: str = "") -> str:
 
 def _text(line: str, style: str = "") -> str:
     return f"<div style='{_FONT}; {style}'>{html.escape(line)}</div>"
-
-
-def _knobs(config: Mapping[str, Any], names: list[str]) -> str:
-    return ", ".join(f"{n}={config[n]}" for n in names if n in config)
 
 
 def _unit(objective: str, metric_names: Any) -> str | None:

@@ -10,13 +10,13 @@ from typing import TYPE_CHECKING, Any
 
 import ipywidgets as W
 
-from .._html import fmt, rows_table
+from .._html import fmt, knobs, rows_table
 from ..campaign import Campaign
 from ..campaign_view import status_counts
 from ..errors import CubicMLError
 from ..store import FINAL_STATUSES, Trial, TrialStore
 from ..trials import is_contended
-from ._common import _FONT, _GREY, _error_html, _guard, _interval, _knobs, _set_png, _text, _unit
+from ._common import _FONT, _GREY, _error_html, _guard, _interval, _set_png, _text, _unit
 
 if TYPE_CHECKING:
     from ..search import Proposal
@@ -199,10 +199,10 @@ class CampaignDashboard(W.VBox):
         names = self.campaign.space.names
         if s.get("best") is not None:
             parts.append(f"best {fmt(s['best'])} {unit or self.campaign.objective} "
-                         f"({_knobs(s['best_config'], names)})")
+                         f"({knobs(s['best_config'], names)})")
         if s.get("recommended") is not None and s.get("recommended_config") != s["best_config"]:
             parts.append(f"recommended {fmt(s['recommended'])} "
-                         f"({_knobs(s['recommended_config'], names)}: the model rates it higher)")
+                         f"({knobs(s['recommended_config'], names)}: the model rates it higher)")
         if s.get("reference") is not None:
             parts.append(f"reference {fmt(s['reference'])}")
         if s.get("speedup") is not None:

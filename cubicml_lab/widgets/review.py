@@ -9,12 +9,12 @@ from typing import TYPE_CHECKING, Any
 
 import ipywidgets as W
 
-from .._html import fmt, rows_table
+from .._html import fmt, knobs, rows_table
 from ..campaign import Campaign, format_trial
 from ..errors import ConfigError, CubicMLError, SearchError, SpaceError
 from ..trials import TrialResult
 from ..store import Trial
-from ._common import _FONT, _GREY, _error_html, _guard, _interval, _knob_control, _knobs, _text
+from ._common import _FONT, _GREY, _error_html, _guard, _interval, _knob_control, _text
 
 if TYPE_CHECKING:
     from ..search import Proposal
@@ -146,7 +146,7 @@ class ProposalReview(W.VBox):
             self.error = err
             self._draw()
             return
-        self.results.append(f"skipped   {_knobs(p.config, self.campaign.space.names)}")
+        self.results.append(f"skipped   {knobs(p.config, self.campaign.space.names)}")
         self._drop(p)
         self.propose()
 
@@ -196,7 +196,7 @@ class ProposalReview(W.VBox):
     def _launch(self, p: Proposal, config: dict[str, Any] | None) -> Trial | None:
         names = self.campaign.space.names
         self.error = None
-        self._busy = (f"running {_knobs(config or p.config, names)} … (the kernel is busy until "
+        self._busy = (f"running {knobs(config or p.config, names)} … (the kernel is busy until "
                       "the trial ends)")
         self._draw()
         try:
