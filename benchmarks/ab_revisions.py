@@ -16,6 +16,9 @@ machine would.
 ``--work-env KEY=VALUE`` (repeatable) adds to the working tree arm's environment: with ``--base
 HEAD`` and a clean tree, an A/B of a process setting (an allocator's, OpenMP's). Its reference
 may then run at another speed, so each arm gets its own copy of the reference cache.
+``--work-python EXE`` does the same for an interpreter wrapper (the arm's trials run ``EXE -m
+cubicml_lab.launch.worker ...``): e.g. a script that execs ``setarch -R python``, which is how
+the fixed address layout of today's trial processes was first measured.
 
 Run (idle machine; ~17 min for 4 repeats of the 10 configurations):
     .venv/bin/python benchmarks/ab_revisions.py --base HEAD --repeats 4
@@ -152,6 +155,9 @@ def main() -> None:
     parser.add_argument("--workloads", nargs="*", default=list(CONFIGS))
     parser.add_argument("--work-env", action="append", default=[], metavar="KEY=VALUE",
                         help="add to the working tree arm's environment (repeatable)")
+    parser.add_argument("--work-python", default=None, metavar="EXE",
+                        help="the working tree arm's interpreter: a wrapper such as a script "
+                             "that execs `setarch -R python`")
     parser.add_argument("--demo", type=int, default=0, metavar="RUNS",
                         help="instead: RUNS `cubicml-lab demo` campaigns per arm, interleaved "
                              "(~2.5 min each)")
@@ -169,15 +175,17 @@ def main() -> None:
     options = {"max_time_s": args.max_time_s}
     with tempfile.TemporaryDirectory(prefix="cubicml-ab-") as tmp:
         envs: dict[str, dict[str, str]] = {"base": {}, "work": {}}
-        if args.work_env:
+        if args.work_env or args.work_python:
             envs["work"] = dict(kv.split("=", 1) for kv in args.work_env)
             for arm, env in envs.items():  # own reference cache each, seeded with the machine's
                 env["CUBICML_LAB_CACHE_DIR"] = str(Path(tmp) / f"cache-{arm}")
                 shutil.copytree(cache_dir(), env["CUBICML_LAB_CACHE_DIR"], dirs_exist_ok=True)
         arms = {"base": cml.launch.Subprocess(timeout_s=300, env=envs["base"],
                                               python=base_interpreter(args.base, Path(tmp))),
-                "work": cml.launch.Subprocess(timeout_s=300, env=envs["work"])}
-        print(f"base {args.base} against the working tree {args.work_env or ''}; "
+                "work": cml.launch.Subprocess(timeout_s=300, env=envs["work"],
+                                              python=args.work_python or sys.executable)}
+        print(f"base {args.base} against the working tree {args.work_env or ''}"
+              f"{args.work_python or ''}; "
               f"{args.repeats} repeats, measure "
               f"options {options}; load average {open('/proc/loadavg').read().split()[:3]}; "
               f"{time.strftime('%H:%M UTC', time.gmtime())}", flush=True)

@@ -83,6 +83,15 @@ reference than raw (4.6% against 3.1%, 14.6% against 8.4%, 10.8% against 4.6%): 
 figure is now the raw one. The 3% target is still missed: the fp32 gpt configurations and
 dlrm's smallest batch (1,024) kept 4-8% in one run or the other, mostly from a single repeat.
 
+Since 2026-11-27 each trial process runs with the kernel's address-layout randomisation off
+(``cubicml_lab.launch.worker.fix_address_layout``; ``hardware["address_layout"]``). Interleaved
+with randomised processes first (``ab_revisions.py --base HEAD --work-python W``, W running
+``setarch -R python``): median spread 2.2% against 4.0% over 4 repeats, 2.8% against 3.0% over
+5; lower for 14 of the 20 configuration-runs, higher for 5. This benchmark right after, with
+it: median 4.0% of the stored figure, 3 of 10 within 3%, 13.7 s per measurement (max 28.8),
+none flagged, while the machine drifted more than in the A/B runs
+(raw figures 4.1-25.9%, median 10.4%): the target is still missed.
+
 ``--compare-wait`` measures each workload's first configuration under several OpenMP wait
 settings, idle and beside one busy process per core (guard off), to see what each costs idle
 and how gracefully each degrades.

@@ -375,6 +375,66 @@ def test_inprocess_measures_a_tiny_gpt() -> None:
     check_ok(measure("gpt", TINY, measure_options=FAST))
 
 
+def _kernel_lets_a_process_fix_its_layout() -> bool:
+    """Whether personality(ADDR_NO_RANDOMIZE) is allowed here (a container's seccomp profile
+    may refuse it), asked of a throwaway interpreter."""
+    probe = ("import ctypes; p = ctypes.CDLL(None).personality; "
+             "print(p(p(0xFFFFFFFF) | 0x0040000))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         check=True).stdout
+    return int(out) != -1
+
+
+LAYOUT_PROBE = """import ctypes, sys
+from cubicml_lab.launch.worker import fix_address_layout
+fix_address_layout()
+buf = ctypes.create_string_buffer(1 << 20)  # a malloc'd block, a shared library, the stack
+print(ctypes.addressof(buf), ctypes.cast(ctypes.CDLL(None).malloc, ctypes.c_void_p).value,
+      id(sys))
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/personality").exists(), reason="Linux only")
+def test_a_trial_process_gets_the_same_address_layout_every_time(tmp_path: Path) -> None:
+    """fix_address_layout re-executes the process without layout randomisation: two fresh
+    processes put the same allocations at the same addresses (with randomisation they never
+    do), unless CUBICML_LAB_ADDRESS_LAYOUT=randomized asks to keep it."""
+    script = tmp_path / "probe.py"
+    script.write_text(LAYOUT_PROBE)
+
+    def addresses(**env: str) -> str:
+        return subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                              check=True, env={**os.environ, **env}).stdout
+
+    randomized = [addresses(CUBICML_LAB_ADDRESS_LAYOUT="randomized") for _ in range(2)]
+    assert randomized[0] != randomized[1]
+    if not _kernel_lets_a_process_fix_its_layout():
+        pytest.skip("this kernel refuses personality(ADDR_NO_RANDOMIZE) (a container?): "
+                    "trials keep a randomised layout")
+    fixed = [addresses() for _ in range(2)]
+    assert fixed[0] == fixed[1]
+
+
+@pytest.mark.skipif(not Path("/proc/self/personality").exists(), reason="Linux only")
+def test_the_guard_starts_the_trial_with_a_fixed_layout_unless_told_otherwise(
+        tmp_path: Path) -> None:
+    """The guard sets the flag itself, so the worker need not execute the trial twice: a
+    trial interpreter that is not the worker sees it from its first instruction."""
+    script = fake_python(tmp_path, "py", """\
+        persona = int(open("/proc/self/personality").read(), 16)
+        json.dump({"status": "ok", "metrics": {"persona": persona}, "hardware": {},
+                   "workload": "gpt", "config": {}}, open(result_path, "w"))
+        """)
+    fixed = Subprocess(python=script, timeout_s=30).run(TINY_SPEC).metrics["persona"]
+    kept = Subprocess(python=script, timeout_s=30, env={
+        "CUBICML_LAB_ADDRESS_LAYOUT": "randomized"}).run(TINY_SPEC).metrics["persona"]
+    assert not int(kept) & 0x0040000
+    if _kernel_lets_a_process_fix_its_layout():
+        assert int(fixed) & 0x0040000
+    else:
+        assert fixed == kept
+
+
 @pytest.mark.slow
 def test_subprocess_measures_a_tiny_gpt_and_leaves_nothing() -> None:
     tag = uuid.uuid4().hex
@@ -382,6 +442,13 @@ def test_subprocess_measures_a_tiny_gpt_and_leaves_nothing() -> None:
                   measure_options=FAST)
     check_ok(res)
     assert live_pids_with_env(tag) == []
+    if Path("/proc/self/personality").exists():  # what the trial's process ran with
+        assert res.hardware["address_layout"] == (
+            "fixed" if _kernel_lets_a_process_fix_its_layout() else "randomized")
+    kept = measure("gpt", TINY, measure_options=FAST, launcher=Subprocess(
+        timeout_s=120, env={"CUBICML_LAB_ADDRESS_LAYOUT": "randomized"}))
+    check_ok(kept)
+    assert kept.hardware["address_layout"] in ("randomized", None)
 
 
 @pytest.mark.slow

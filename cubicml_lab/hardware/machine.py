@@ -18,7 +18,7 @@ from typing import Any
 
 from ..errors import MeasurementError
 
-__all__ = ["cpu_model", "default_device", "device_peak_flops", "hardware_info", "host_record",
+__all__ = ["address_layout", "cpu_model", "default_device", "device_peak_flops", "hardware_info", "host_record",
            "locked_json_cache", "peak_memory_gib", "reset_peak_memory", "tune_cpu_allocator"]
 
 
@@ -160,12 +160,28 @@ def default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
+_ADDR_NO_RANDOMIZE = 0x0040000  # personality(2) flag: no address-space layout randomisation
+
+
+def address_layout() -> str | None:
+    """Whether this process's address-space layout is ``"fixed"`` (the kernel's randomisation
+    is off for it, as :func:`~cubicml_lab.launch.worker.fix_address_layout` asks, or for the
+    whole machine) or ``"randomized"``; None where it cannot be read (not Linux)."""
+    try:
+        persona = int(Path("/proc/self/personality").read_text(), 16)
+        machine_wide = Path("/proc/sys/kernel/randomize_va_space").read_text().strip()
+    except (OSError, ValueError):
+        return None
+    return "fixed" if persona & _ADDR_NO_RANDOMIZE or machine_wide == "0" else "randomized"
+
+
 def hardware_info(device: str = "cpu") -> dict[str, Any]:
     """Describe this machine: CPU, threads, versions and, for a CUDA device, the GPU.
 
     Returns:
         ``device, cpu_model, cpu_count, cpu_affinity`` (the cores this process may run on, as
-        ``"0,1"``), ``torch_threads, torch_version, python_version, hostname, platform``; for
+        ``"0,1"``), ``torch_threads, torch_version, python_version, hostname, platform``,
+        ``address_layout`` (:func:`address_layout`); for
         ``cuda[:N]`` also ``gpu_name, gpu_count, gpu_mem_gib, cuda_version,
         driver`` (``None`` when nvidia-smi is not available).
     """
@@ -177,7 +193,7 @@ def hardware_info(device: str = "cpu") -> dict[str, Any]:
         if hasattr(os, "sched_getaffinity") else None,  # the cores it may run on, "0,1"
         "torch_threads": torch.get_num_threads(), "torch_version": torch.__version__,
         "python_version": platform.python_version(), "hostname": socket.gethostname(),
-        "platform": platform.platform(),
+        "platform": platform.platform(), "address_layout": address_layout(),
     }
     if str(device).startswith("cuda") and torch.cuda.is_available():
         props = torch.cuda.get_device_properties(torch.device(device))

@@ -10,7 +10,10 @@ starts in about 20 ms. It speaks one line at a time with the launcher on its std
    says ``ready``.
 2. It waits for ``go`` (the launcher has written the spec and recorded the trial as running);
    end of input instead means "do not run it": it removes ``DIR`` and exits.
-3. It starts ``CMD`` in its own (the guard's) process group, with stdout and stderr to
+3. It starts ``CMD`` in its own (the guard's) process group, on Linux with the kernel's
+   address-layout randomisation off unless ``CUBICML_LAB_ADDRESS_LAYOUT=randomized`` (what
+   :func:`cubicml_lab.launch.worker.fix_address_layout` would otherwise do by executing the
+   trial a second time), with stdout and stderr to
    ``DIR/stdout.txt`` and ``DIR/stderr.txt`` and ``CUBICML_LAB_GUARD_PID`` set to the guard's
    pid, and says ``started <pid of CMD>``, or ``error <why>`` when ``CMD`` cannot be started.
 4. It waits for ``CMD``, says ``exited <code>`` (negative: killed by that signal) and waits for
@@ -52,6 +55,24 @@ def _request_parent_death_signal() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(1, int(PARENT_DEATH_SIGNAL))  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         pass  # the stdin and parent-pid checks still catch it
+
+
+def _fix_address_layout() -> None:
+    """Set ``ADDR_NO_RANDOMIZE`` in this process's personality, which the trial inherits when
+    it is executed (see the module doc); a kernel that refuses it leaves the layout randomised
+    and the trial's worker tries once more."""
+    if not sys.platform.startswith("linux") or \
+            os.environ.get("CUBICML_LAB_ADDRESS_LAYOUT") == "randomized":
+        return
+    import ctypes
+
+    try:
+        personality = ctypes.CDLL(None, use_errno=True).personality
+        persona = personality(0xFFFFFFFF)  # asks, changes nothing
+        if persona != -1:
+            personality(persona | 0x0040000)  # ADDR_NO_RANDOMIZE
+    except (OSError, AttributeError):
+        pass
 
 
 def _say(line: str) -> None:
@@ -107,6 +128,7 @@ class _Guard:
         _say("ready")
         while self._wait(_POLL_S) != "go":
             pass
+        _fix_address_layout()
         with (open(os.path.join(self.folder, "stdout.txt"), "wb") as out,
               open(os.path.join(self.folder, "stderr.txt"), "wb") as err):
             try:

@@ -7,10 +7,12 @@ torchrun or Slurm jobs) all run this::
 
 In order, it:
 
-0. under a launcher's guard or torchrun, asks to be killed when its parent dies
-   (:func:`die_with_parent`), so a trial never outlives its campaign; bounds how long idle
-   OpenMP threads spin (:func:`set_thread_waiting`), so that a trial on a shared machine slows
-   down by the share others take rather than many times over;
+0. on Linux, executes itself again with the kernel's address-space layout randomisation off
+   (:func:`fix_address_layout`), so that every trial process of this code lays out its
+   libraries and memory alike; under a launcher's guard or torchrun, asks to be killed when its
+   parent dies (:func:`die_with_parent`), so a trial never outlives its campaign; bounds how
+   long idle OpenMP threads spin (:func:`set_thread_waiting`), so that a trial on a shared
+   machine slows down by the share others take rather than many times over;
 1. applies the memory limit (``RLIMIT_AS``, virtual address space, in GiB) before anything
    imports torch, so that every allocation of the trial counts against it;
 2. reads the spec (see :mod:`cubicml_lab.launch.base`); a missing or malformed file is an error
@@ -38,8 +40,9 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from ..trials import TrialResult
 
-__all__ = ["THREAD_WAIT_ENV", "apply_memory_limit", "die_with_parent", "main", "read_spec",
-           "result_path_for_rank", "set_thread_waiting", "write_result"]
+__all__ = ["ADDRESS_LAYOUT_ENV", "THREAD_WAIT_ENV", "apply_memory_limit", "die_with_parent",
+           "fix_address_layout", "main", "read_spec", "result_path_for_rank",
+           "set_thread_waiting", "write_result"]
 
 EXIT_OK = 0
 EXIT_USAGE = 2
@@ -225,6 +228,62 @@ def set_thread_waiting(env: dict[str, str] | None = None) -> dict[str, str]:
     return done
 
 
+#: The environment variable that keeps a trial's address-space layout randomised when set to
+#: ``randomized`` (see :func:`fix_address_layout`).
+ADDRESS_LAYOUT_ENV = "CUBICML_LAB_ADDRESS_LAYOUT"
+_REEXECUTED_ENV = "_CUBICML_LAB_LAYOUT_REEXEC"
+
+
+def fix_address_layout(argv: list[str] | None = None) -> bool:
+    """Run this trial process with the kernel's address-space layout randomisation off: set
+    ``ADDR_NO_RANDOMIZE`` in its personality and execute it again, same pid and arguments,
+    before anything heavy loads; return False where nothing was done (already fixed, not
+    Linux, ``CUBICML_LAB_ADDRESS_LAYOUT=randomized``, or the kernel refused); on success it
+    does not return. ``hardware["address_layout"]`` records what the trial ran with. The
+    launchers' guard (:mod:`cubicml_lab.launch._guard`) sets the flag before it starts the
+    trial, which saves the second start (0.2 s: importing ``cubicml_lab`` again); torchrun's
+    and Slurm's ranks come here.
+
+    Why: where libraries, heap and thread stacks land moves a CPU step's speed by a few percent
+    from one fresh process to the next (address-indexed predictors and caches), and a
+    measurement is one process. On a 2-core AMD EPYC VM (2026-11-27,
+    ``benchmarks/ab_revisions.py --base HEAD --work-python W``, W a script that runs ``setarch
+    -R python``; the 10 configurations of ``measure_repeatability.py``, each measured both ways
+    in turn), the spread of the stored figure across fresh processes was a median 2.2% against
+    4.0% (4 repeats; 8 configurations lower, 2 higher) and 2.8% against 3.0% (5 repeats; 6
+    lower, 3 higher, one alike; 12.7 s per measurement against 12.3). Some configurations still
+    fall on two levels 5-8% apart (physical pages are placed as before). What it does not do:
+    make a figure the mean over layouts. It is one layout's, the same in every process of this
+    code on this machine, so a configuration that layout happens to favour keeps its few
+    percent (gpt's stored figures came out 2-5% above the randomised processes'); randomised
+    processes average that away only over repeats a campaign does not make. It did not change
+    how the demo ranks: 5 campaigns each way, interleaved (``ab_revisions.py --demo 5``), tau
+    0.929, 0.714, 0.810, 0.619, 0.905 against 0.714, 0.905, 0.810, 0.714, 1.000, the same best
+    configuration in all 10. LLVM's benchmarking tips turn
+    randomisation off for repeatability and warn of the same bias (Mytkowicz et al., "Producing
+    Wrong Data Without Doing Anything Obviously Wrong!", ASPLOS 2009)."""
+    import ctypes
+
+    from ..hardware.machine import _ADDR_NO_RANDOMIZE, address_layout
+
+    if (os.environ.get(ADDRESS_LAYOUT_ENV) == "randomized" or os.environ.get(_REEXECUTED_ENV)
+            or address_layout() != "randomized"):
+        return False
+    try:
+        personality = ctypes.CDLL(None, use_errno=True).personality
+        persona = personality(0xFFFFFFFF)  # asks, changes nothing
+        if persona == -1 or personality(persona | _ADDR_NO_RANDOMIZE) == -1:
+            return False  # e.g. a container's seccomp profile refuses it
+    except (OSError, AttributeError):
+        return False
+    os.environ[_REEXECUTED_ENV] = "1"
+    sys.stdout.flush()
+    sys.stderr.flush()
+    args = list(sys.orig_argv) if argv is None else argv
+    os.execv(sys.executable, [sys.executable, *args[1:]])
+    return True  # not reached
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run one trial as the command line asks; return the process exit code."""
     parser = argparse.ArgumentParser(
@@ -240,6 +299,8 @@ def main(argv: list[str] | None = None) -> int:
         help="cap on the virtual address space (RLIMIT_AS) in GiB, applied before torch loads",
     )
     args = parser.parse_args(argv)
+    if argv is None:
+        fix_address_layout()
     die_with_parent()
     set_thread_waiting()
     try:
