@@ -98,7 +98,8 @@ campaign
 # search's: the same prior, each trial's measured noise (its CI) told to it, and the same drift
 # exponent learned. Each trial's figure was corrected by how slow the drift reference ran beside
 # it; how much of that slowdown a trial shares differs by machine, so the GP learns it from the
-# trials (1: all of it; `None`: no trial needed a correction).
+# trials (1: all of it; `None`: no trial needed a correction). Each fold learns it without the
+# trial it leaves out, so that no trial helps shape its own prediction.
 
 # %%
 report = predictor_report(df, space, seed=SEED, **prior)  # the GP the search ranked with

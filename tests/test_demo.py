@@ -88,6 +88,33 @@ def test_the_report_scores_the_gp_told_the_noise_the_search_tells_it():
     assert not np.allclose(report["mean"], plain["mean"], rtol=1e-4)
 
 
+def test_the_report_never_lets_a_left_out_trial_shape_its_own_prediction():
+    """With the drift exponent learned, each fold learns it without the trial it leaves out:
+    changing that trial's figure and drift correction changes no prediction of it (when the
+    exponent was learned once on all trials it did, and the left-out figure was scored at an
+    exponent chosen partly to fit it)."""
+    import pandas as pd
+
+    from cubicml_lab.demo import predictor_report
+
+    space = demo_space()
+    configs = space.enumerate()[::9][:8]
+    rng = np.random.default_rng(1)
+    slow = rng.uniform(0.8, 1.0, len(configs))  # the machine's speed at each trial
+    raw = [1e4 * c["micro_batch"] ** 0.3 * (1.5 if c["precision"] == "bf16" else 1.0) * s
+           * float(np.exp(rng.normal(0, 0.02))) for c, s in zip(configs, slow)]
+    rows = [{**c, "status": "ok", "throughput_raw": r, "throughput": r / s ** 0.6,
+             "throughput_rel_ci": 0.01} for c, r, s in zip(configs, raw, slow)]
+    report = predictor_report(pd.DataFrame(rows), space)
+    assert report["drift_exponent"] is not None and report["drift_exponent"] != 1.0
+    k = 2
+    rows[k] = {**rows[k], "throughput_raw": rows[k]["throughput_raw"] * 0.5,
+               "throughput": rows[k]["throughput_raw"] * 0.5 / 0.7}
+    moved = predictor_report(pd.DataFrame(rows), space)
+    assert moved["mean"][k] == pytest.approx(report["mean"][k], rel=1e-6)
+    assert not np.allclose(np.delete(moved["mean"], k), np.delete(report["mean"], k), rtol=1e-4)
+
+
 def test_summary_table_shows_the_ci_of_the_figure_it_shows():
     """The figure's CI (what the search is told, NaN when unknown), not the timer's stopping CI
     (inf under 6 windows); a table without it keeps the stopping CI."""

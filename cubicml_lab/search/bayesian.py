@@ -141,7 +141,8 @@ if TYPE_CHECKING:
 
     from ..space import Space
 
-__all__ = ["BayesianSearch", "default_n_init", "drift_covariate", "learn_drift", "observed_noise"]
+__all__ = ["BayesianSearch", "at_drift_exponent", "default_n_init", "drift_covariate",
+           "learn_drift", "observed_noise"]
 
 #: L-BFGS-B iterations of a warm-started hyperparameter fit (see ``BayesianSearch._fit``).
 WARM_MAX_ITER = 40
@@ -272,6 +273,13 @@ def drift_covariate(metrics: Sequence[Mapping[str, float]],
     return c if np.any(np.abs(c) > 1e-9) else None
 
 
+def at_drift_exponent(values: np.ndarray, covariate: np.ndarray, exponent: float) -> np.ndarray:
+    """The trials' figures corrected with ``exponent`` instead of ``DRIFT_EXPONENT``:
+    ``values * (nominal / reference) ** (exponent - DRIFT_EXPONENT)``, the covariate being
+    :func:`drift_covariate`'s log ratio."""
+    return values * np.exp((exponent - DRIFT_EXPONENT) * covariate)
+
+
 def learn_drift(fit: Callable[[np.ndarray, Any], Any], values: np.ndarray,
                 covariate: np.ndarray, sign: float = 1.0) -> tuple[Any, float, np.ndarray]:
     """Fit a GP with the drift exponent learned (module doc, "Machine drift").
@@ -293,7 +301,7 @@ def learn_drift(fit: Callable[[np.ndarray, Any], Any], values: np.ndarray,
         if abs(new - beta) < DRIFT_TOL:
             break
         beta = new
-        out = values * np.exp((beta - DRIFT_EXPONENT) * covariate)
+        out = at_drift_exponent(values, covariate, beta)
         pred = fit(out, pred)
     return pred, beta, out
 
