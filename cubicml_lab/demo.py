@@ -167,7 +167,8 @@ def predictor_report(df: pd.DataFrame, space: Space, objective: str = "throughpu
     ``benchmarks/demo_report_noise.py``) that scored a mean tau of 0.724, 8 of them at 0.8 or
     more; learned per fold, 0.650 and 4 of 10, and on the stored figures (``learn_drift=False``)
     0.619 and 4 of 10 (the learned exponent higher in 2 campaigns, lower in none). Demo taus
-    quoted from before that date (here and in the project's notes) carry that bias.
+    of the learned exponent's first day (from commit f25e3fc, 2026-11-27 02:09 UTC, until this
+    change; in the project's notes) carry that bias.
 
     ``flagged`` counts the trials the contention guard flagged (``contended`` > 0: measured
     while other work shared the cores); they are kept, as measured: leaving them out of 5 demo
