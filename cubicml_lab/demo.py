@@ -196,6 +196,7 @@ def predictor_report(df: pd.DataFrame, space: Space, objective: str = "throughpu
              and not isinstance(v, bool)} for _, row in ok.iterrows()]
     noise = told_noise(told, objective)[0] if observed_noise else None
     covariate = drift_covariate(told, objective) if learn_drift else None
+
     def learned(rows: np.ndarray) -> tuple[GPPredictor, float]:
         """The GP of the trials ``rows`` at the exponent learned on them alone."""
         def fit(v: np.ndarray, warm: Any) -> GPPredictor:
@@ -211,7 +212,7 @@ def predictor_report(df: pd.DataFrame, space: Space, objective: str = "throughpu
         cv = cross_val_predict(lambda: GPPredictor(space, objective, seed=seed, **gp_options),
                                configs, values, folds="loo", seed=seed, noise=noise)
         mean, lo, hi = (np.asarray(cv[k], dtype=float) for k in ("mean", "lo", "hi"))
-    else:  # each fold learns its exponent without the trial it leaves out (module doc)
+    else:  # each fold learns its exponent without the trial it leaves out (see above)
         n = len(values)
         mean, lo, hi, figures = np.empty(n), np.empty(n), np.empty(n), np.empty(n)
         for i in range(n):

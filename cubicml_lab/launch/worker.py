@@ -239,7 +239,7 @@ def fix_address_layout(argv: list[str] | None = None) -> bool:
     ``ADDR_NO_RANDOMIZE`` in its personality and execute it again, same pid and arguments,
     before anything heavy loads; return False where nothing was done (already fixed, not
     Linux, ``CUBICML_LAB_ADDRESS_LAYOUT=randomized``, or the kernel refused); on success it
-    does not return. ``hardware["address_layout"]`` records what the trial ran with. The
+    does not return. ``argv``: the command line to execute (default ``sys.orig_argv``). ``hardware["address_layout"]`` records what the trial ran with. The
     launchers' guard (:mod:`cubicml_lab.launch._guard`) sets the flag before it starts the
     trial, which saves the second start (0.2 s: importing ``cubicml_lab`` again); torchrun's
     and Slurm's ranks come here.
@@ -280,7 +280,11 @@ def fix_address_layout(argv: list[str] | None = None) -> bool:
     sys.stdout.flush()
     sys.stderr.flush()
     args = list(sys.orig_argv) if argv is None else argv
-    os.execv(sys.executable, [sys.executable, *args[1:]])
+    try:
+        os.execv(sys.executable, [sys.executable, *args[1:]])
+    except OSError:  # the trial runs on, randomised (the flag only acts at an exec)
+        os.environ.pop(_REEXECUTED_ENV, None)
+        return False
     return True  # not reached
 
 
