@@ -18,8 +18,9 @@ from typing import Any
 
 from ..errors import MeasurementError
 
-__all__ = ["address_layout", "cpu_model", "default_device", "device_peak_flops", "hardware_info", "host_record",
-           "locked_json_cache", "peak_memory_gib", "reset_peak_memory", "tune_cpu_allocator"]
+__all__ = ["address_layout", "cpu_model", "default_device", "device_peak_flops", "hardware_info",
+           "host_record", "locked_json_cache", "peak_memory_gib", "reset_peak_memory",
+           "tune_cpu_allocator"]
 
 
 def peak_memory_gib(device: str = "cpu") -> float:

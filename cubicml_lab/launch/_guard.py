@@ -57,22 +57,23 @@ def _request_parent_death_signal() -> None:
         pass  # the stdin and parent-pid checks still catch it
 
 
-def _fix_address_layout() -> None:
-    """Set ``ADDR_NO_RANDOMIZE`` in this process's personality, which the trial inherits when
-    it is executed (see the module doc); a kernel that refuses it leaves the layout randomised
-    and the trial's worker tries once more."""
+def no_layout_randomization() -> bool:
+    """Set ``ADDR_NO_RANDOMIZE`` in this process's personality, which a program it executes
+    inherits (see the module doc); False where nothing was set: not Linux,
+    ``CUBICML_LAB_ADDRESS_LAYOUT=randomized``, or a kernel that refuses it (the trial then
+    runs randomised). Standard library only, so that the worker shares it
+    (:func:`cubicml_lab.launch.worker.fix_address_layout`)."""
     if not sys.platform.startswith("linux") or \
             os.environ.get("CUBICML_LAB_ADDRESS_LAYOUT") == "randomized":
-        return
+        return False
     import ctypes
 
     try:
         personality = ctypes.CDLL(None, use_errno=True).personality
         persona = personality(0xFFFFFFFF)  # asks, changes nothing
-        if persona != -1:
-            personality(persona | 0x0040000)  # ADDR_NO_RANDOMIZE
+        return persona != -1 and personality(persona | 0x0040000) != -1  # ADDR_NO_RANDOMIZE
     except (OSError, AttributeError):
-        pass
+        return False
 
 
 def _say(line: str) -> None:
@@ -128,7 +129,7 @@ class _Guard:
         _say("ready")
         while self._wait(_POLL_S) != "go":
             pass
-        _fix_address_layout()
+        no_layout_randomization()
         with (open(os.path.join(self.folder, "stdout.txt"), "wb") as out,
               open(os.path.join(self.folder, "stderr.txt"), "wb") as err):
             try:

@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from ..trials import TrialResult
 
-__all__ = ["ADDRESS_LAYOUT_ENV", "THREAD_WAIT_ENV", "apply_memory_limit", "die_with_parent",
+__all__ = ["THREAD_WAIT_ENV", "apply_memory_limit", "die_with_parent",
            "fix_address_layout", "main", "read_spec", "result_path_for_rank",
            "set_thread_waiting", "write_result"]
 
@@ -228,9 +228,6 @@ def set_thread_waiting(env: dict[str, str] | None = None) -> dict[str, str]:
     return done
 
 
-#: The environment variable that keeps a trial's address-space layout randomised when set to
-#: ``randomized`` (see :func:`fix_address_layout`).
-ADDRESS_LAYOUT_ENV = "CUBICML_LAB_ADDRESS_LAYOUT"
 _REEXECUTED_ENV = "_CUBICML_LAB_LAYOUT_REEXEC"
 
 
@@ -239,7 +236,8 @@ def fix_address_layout(argv: list[str] | None = None) -> bool:
     ``ADDR_NO_RANDOMIZE`` in its personality and execute it again, same pid and arguments,
     before anything heavy loads; return False where nothing was done (already fixed, not
     Linux, ``CUBICML_LAB_ADDRESS_LAYOUT=randomized``, or the kernel refused); on success it
-    does not return. ``argv``: the command line to execute (default ``sys.orig_argv``). ``hardware["address_layout"]`` records what the trial ran with. The
+    does not return. ``argv``: the command line to execute (default ``sys.orig_argv``).
+    ``hardware["address_layout"]`` records what the trial ran with. The
     launchers' guard (:mod:`cubicml_lab.launch._guard`) sets the flag before it starts the
     trial, which saves the second start (0.2 s: importing ``cubicml_lab`` again); torchrun's
     and Slurm's ranks come here.
@@ -262,19 +260,11 @@ def fix_address_layout(argv: list[str] | None = None) -> bool:
     configuration in all 10. LLVM's benchmarking tips turn
     randomisation off for repeatability and warn of the same bias (Mytkowicz et al., "Producing
     Wrong Data Without Doing Anything Obviously Wrong!", ASPLOS 2009)."""
-    import ctypes
+    from ..hardware.machine import address_layout
+    from ._guard import no_layout_randomization
 
-    from ..hardware.machine import _ADDR_NO_RANDOMIZE, address_layout
-
-    if (os.environ.get(ADDRESS_LAYOUT_ENV) == "randomized" or os.environ.get(_REEXECUTED_ENV)
-            or address_layout() != "randomized"):
-        return False
-    try:
-        personality = ctypes.CDLL(None, use_errno=True).personality
-        persona = personality(0xFFFFFFFF)  # asks, changes nothing
-        if persona == -1 or personality(persona | _ADDR_NO_RANDOMIZE) == -1:
-            return False  # e.g. a container's seccomp profile refuses it
-    except (OSError, AttributeError):
+    if (os.environ.get(_REEXECUTED_ENV) or address_layout() != "randomized"
+            or not no_layout_randomization()):
         return False
     os.environ[_REEXECUTED_ENV] = "1"
     sys.stdout.flush()
