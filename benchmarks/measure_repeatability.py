@@ -49,7 +49,11 @@ H100 80GB HBM3, 2026-11-27 (``TESTS_TIMEOUT=270 REPEAT_TIMEOUT=235 bash benchmar
 all 2``; rows in ``data/gpu_repeatability_h100.json``): 0.0-0.7% across 2 (median 0.3%), 11.4 s
 per measurement (max 12.7), none flagged, the pairwise order of the 7 configurations the same in
 both repeats (tau 1.0); the bf16 gpt configurations again reached the power cap (SM clock down to
-1,755 MHz, ``sw_power_cap``, not a slowdown to the guard).
+1,755 MHz, ``sw_power_cap``, not a slowdown to the guard); on one H200 again, 2026-11-27 14:35
+UTC, with trial processes at a fixed address layout (``bash benchmarks/gpu_check.sh repeat 4``):
+0.1-4.8% across 4 (median 0.3%), 9.5 s per measurement (max 13.4), none flagged, tau 1.0; the
+4.8% is bf16 with full recompute, whose first repeat ran 4-5% slow (322,378 against 334,502-
+338,670 tokens/s) with its SM clock no lower than the others' (1,920-1,980 MHz).
 
 ``--compare-process`` measures each configuration alternately in a fresh process and in the
 benchmark's own long-lived process (``cml.launch.InProcess``) and prints the spread of each. On
