@@ -212,7 +212,10 @@ def measure_all(names: list[str], configs: dict[str, list[dict[str, Any]]], args
                 load: Load | None) -> list[dict[str, Any]]:
     """Every (workload, config, repeat), interleaved; the load starts half-way through."""
     env = dict(kv.split("=", 1) for kv in args.env)
-    launcher = cml.launch.Subprocess(timeout_s=300, env=env, python=args.python)
+    launcher: cml.launch.Launcher = cml.launch.Subprocess(timeout_s=300, env=env,
+                                                          python=args.python)
+    if args.processes > 1:
+        launcher = cml.launch.Repeated(launcher, processes=args.processes)
     jobs = [(r, n, i) for r in range(args.repeats) for n in names for i in range(len(configs[n]))]
     rows, timer = [], None
     for j, (r, name, i) in enumerate(jobs):
@@ -233,7 +236,7 @@ def measure_all(names: list[str], configs: dict[str, list[dict[str, Any]]], args
                          "contended", "contended_windows", "cpu_wait", "others_cpu",
                          "throughput_log_var", "reference_usual", "offstate_windows",
                          "drift_gated", "reference_samples", "throughput_rel_ci",
-                         "target_met")},
+                         "target_met", "process_spread")},
                      **{k: hw.get(k, math.nan) for k in (
                          "gpu_sm_clock_mhz_min", "gpu_sm_clock_mhz_median", "gpu_power_w_median",
                          "gpu_temperature_c_max", "gpu_samples")},
@@ -498,6 +501,9 @@ def main() -> None:
     parser.add_argument("--python", default=None,
                         help="interpreter of the trial processes (default: this one), e.g. a "
                              "wrapper that raises their scheduling priority")
+    parser.add_argument("--processes", type=int, default=1,
+                        help="fresh processes per measurement, sharing its timing budget "
+                             "(cubicml_lab.launch.Repeated); default 1")
     parser.add_argument("--json", default=None, help="also write every measurement here")
     parser.add_argument("--compare-process", action="store_true",
                         help="instead: each config alternately in a fresh process and in this "
@@ -519,7 +525,8 @@ def main() -> None:
     print(f"{hw.get('gpu_name', '')} {hw['cpu_model']} ({hw['cpu_count']} CPUs), torch "
           f"{hw['torch_version']}; "
           f"{args.repeats} repeats per config, fresh process each, interleaved, "
-          f"measure options {measure_options(args)}, env {args.env or 'default'}; "
+          f"measure options {measure_options(args)}, {args.processes} process(es) per "
+          f"measurement, env {args.env or 'default'}; "
           f"load average at start "
           f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}; {time.strftime('%H:%M')} UTC")
     if args.compare_wait:

@@ -31,6 +31,8 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--seed", type=int, default=0)
     demo.add_argument("--launcher", choices=["subprocess", "inprocess"], default="subprocess")
     demo.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    demo.add_argument("--processes", type=int, default=None,
+                      help="fresh processes per trial, sharing its timing budget")
     demo.add_argument("--max-time-s", type=float, default=6.0,
                       help="seconds of timed steps per trial (default 6; shorter is noisier)")
     run = sub.add_parser("run", help="start or resume the campaign a YAML campaign file describes")
@@ -91,7 +93,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             run_demo(args.budget, args.store, args.out, campaign=args.campaign, seed=args.seed,
                      launcher=args.launcher, progress=not args.no_progress,
-                     max_time_s=args.max_time_s)
+                     max_time_s=args.max_time_s,
+                     **({} if args.processes is None else {"processes": args.processes}))
         elif args.command == "run":
             from .campaign import Campaign
 

@@ -27,8 +27,10 @@ if TYPE_CHECKING:
     import matplotlib.figure
     import pandas as pd
 
-__all__ = ["DEFAULT_CONFIG", "DEMO_MEASURE", "cpu_fp32_flop_cost", "demo_prior", "demo_space",
-           "predictor_report", "run_demo", "summary_table"]
+    from .launch import Launcher
+
+__all__ = ["DEFAULT_CONFIG", "DEMO_MEASURE", "DEMO_PROCESSES", "cpu_fp32_flop_cost", "demo_prior",
+           "demo_space", "predictor_report", "run_demo", "summary_table"]
 
 #: Measurement settings of the demo: short timed phases so that a trial takes seconds. Most
 #: trials stop well before ``max_time_s``, at the 1.5% CI target; the budget bounds the others.
@@ -43,6 +45,8 @@ __all__ = ["DEFAULT_CONFIG", "DEMO_MEASURE", "cpu_fp32_flop_cost", "demo_prior",
 #: their trials, against 5-6%), 4 of them the same configuration. To compare again:
 #: change this line, then ``benchmarks/ab_revisions.py --base HEAD --demo 5``.
 DEMO_MEASURE: dict[str, Any] = {"max_time_s": 6.0, "warmup_max_s": 3.0}
+#: Fresh processes per demo trial, sharing its timing budget (:class:`~cubicml_lab.launch.Repeated`).
+DEMO_PROCESSES = 1
 
 
 def _max_threads() -> int:
@@ -230,7 +234,7 @@ def predictor_report(df: pd.DataFrame, space: Space, objective: str = "throughpu
 def run_demo(budget: int = 14, store: str | os.PathLike[str] = "data/demo.sqlite",
              out: str | os.PathLike[str] = "runs", *, campaign: str | None = None, seed: int = 0,
              launcher: str = "subprocess", progress: bool = True,
-             max_time_s: float = DEMO_MEASURE["max_time_s"]
+             max_time_s: float = DEMO_MEASURE["max_time_s"], processes: int = DEMO_PROCESSES
              ) -> tuple[dict[str, Any], matplotlib.figure.Figure]:
     """Run the demo campaign end to end and print what it found.
 
@@ -244,6 +248,8 @@ def run_demo(budget: int = 14, store: str | os.PathLike[str] = "data/demo.sqlite
         progress: Show the tqdm bar.
         max_time_s: Seconds of timed steps per trial (:data:`DEMO_MEASURE`: 6); its warm-up
             may take half as long, at most 3 s. Shorter is quicker and noisier.
+        processes: Fresh processes per trial with the ``"subprocess"`` launcher, sharing its
+            timing budget (:class:`~cubicml_lab.launch.Repeated`; :data:`DEMO_PROCESSES`).
 
     Returns:
         A summary dict (best config, speed-up, Kendall tau, paths...) and the figure. The best
@@ -254,7 +260,7 @@ def run_demo(budget: int = 14, store: str | os.PathLike[str] = "data/demo.sqlite
     import matplotlib
 
     matplotlib.use("Agg")
-    from .launch import InProcess, Subprocess
+    from .launch import InProcess, Repeated, Subprocess
     from .timing import hardware_info
     from .plots import campaign_figure
     from .search import BayesianSearch
@@ -282,7 +288,13 @@ def run_demo(budget: int = 14, store: str | os.PathLike[str] = "data/demo.sqlite
     prior = demo_prior(flop_cost)
     search = BayesianSearch(space, objective="throughput", seed=seed, **prior)
     trial_store = TrialStore(store)
-    runner = Subprocess(timeout_s=120) if launcher == "subprocess" else InProcess()
+    if isinstance(processes, bool) or not isinstance(processes, int) or processes < 1:
+        raise MeasurementError(f"processes = {processes!r} must be an int >= 1",
+                               hint=f"the demo's default: {DEMO_PROCESSES} "
+                                    f"(cubicml-lab demo --processes {DEMO_PROCESSES})")
+    runner: Launcher = InProcess()
+    if launcher == "subprocess":
+        runner = Repeated(Subprocess(timeout_s=120), processes=processes)
     camp = Campaign(name, space, workload="gpt", launcher=runner, searcher=search,
                     store=trial_store, measure_options=measure, reference=DEFAULT_CONFIG)
     t0 = time.perf_counter()

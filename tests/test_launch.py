@@ -25,8 +25,10 @@ from pathlib import Path
 import pytest
 
 from cubicml_lab.errors import ConfigError, LaunchError
-from cubicml_lab.launch import (InProcess, Launcher, Subprocess, measure, measure_repeats,
-                                repeat_spread)
+from cubicml_lab.launch import (InProcess, Launcher, Repeated, Subprocess, measure,
+                                measure_repeats, repeat_spread)
+from cubicml_lab.launch.describe import launcher_from_dict
+from cubicml_lab.launch.repeated import combine, share_of_budget
 from cubicml_lab.launch.process import (end_trial_process, new_trial_dir, process_start,
                                         sweep_trial_dirs, trial_record)
 from cubicml_lab.trials import TrialResult
@@ -712,3 +714,61 @@ def test_local_pool_runs_a_two_process_torchrun_trial_on_its_slot():
     assert res.status == "ok", res.error
     assert res.hardware["world_size"] == 2
     assert res.hardware["cpu_affinity"] == ",".join(str(c) for c in cores)
+
+
+# ------------------------------------------------------------------ Repeated: several processes
+def test_repeated_shares_the_budget_and_round_trips_through_its_description() -> None:
+    one = share_of_budget({"max_time_s": 6.0, "warmup_max_s": 3.0}, 2)
+    assert one["max_time_s"] == pytest.approx(3.0)
+    assert one["target_rel_ci"] == pytest.approx(0.015 * 2**0.5)  # MeasureOptions' default
+    assert one["warmup_max_s"] == 3.0  # every process warms up in full
+    launcher = Repeated(Subprocess(timeout_s=90, env={"A": "1"}), processes=3)
+    back = launcher_from_dict(launcher.describe())
+    assert isinstance(back, Repeated) and back.processes == 3
+    assert back.launcher.describe() == launcher.launcher.describe()
+    for bad in ({"processes": 0}, {"processes": 1.5}, {"launcher": InProcess()}):
+        with pytest.raises(ConfigError, match="Repeated"):
+            Repeated(**bad)
+    with pytest.raises(ConfigError, match="measure"):
+        share_of_budget({"max_tme_s": 1.0}, 2)
+
+
+def _result(throughput: float, **metrics: float) -> TrialResult:
+    return TrialResult(status="ok", metrics={"throughput": throughput, **metrics},
+                       hardware={"hostname": "h"}, workload="gpt", config={"a": 1}, wall_s=2.0)
+
+
+def test_combined_figures_are_geometric_means_and_counts_add_up() -> None:
+    a = _result(100.0, throughput_raw=90.0, step_time_s=0.4, steps_timed=10.0,
+                peak_mem_gib=1.0, contended=0.0, throughput_rel_ci=0.03, target_met=1.0)
+    b = _result(121.0, throughput_raw=99.0, step_time_s=0.1, steps_timed=7.0,
+                peak_mem_gib=1.5, contended=1.0, throughput_rel_ci=0.04, target_met=0.0)
+    out = combine([a, b], [{"pid": 11, "start": 5}, {"pid": 12, "start": 6}])
+    m = out.metrics
+    assert m["throughput"] == pytest.approx(110.0)  # sqrt(100 * 121)
+    assert m["throughput"] / m["throughput_raw"] == pytest.approx(
+        (100 / 90 * 121 / 99) ** 0.5)  # the ratios stay as they were
+    assert m["step_time_s"] == pytest.approx(0.2)
+    assert m["steps_timed"] == 17.0 and m["peak_mem_gib"] == 1.5 and m["contended"] == 1.0
+    assert m["target_met"] == 0.0
+    assert m["throughput_rel_ci"] == pytest.approx(0.025)  # sqrt(0.03^2 + 0.04^2) / 2
+    assert m["process_spread"] == pytest.approx(21 / 110)
+    assert m["processes"] == 2.0 and out.wall_s == 4.0
+    assert [(p["pid"], p["throughput"]) for p in out.hardware["processes"]] == [
+        (11, 100.0), (12, 121.0)]
+
+
+@pytest.mark.slow
+def test_repeated_measures_a_trial_in_fresh_processes_and_stops_at_a_failed_one() -> None:
+    started: list[dict] = []
+    res = Repeated(Subprocess(timeout_s=120), processes=2).run(TINY_SPEC, on_start=started.append)
+    check_ok(res)
+    pids = [p["pid"] for p in res.hardware["processes"]]
+    assert len(pids) == 2 and pids[0] != pids[1] and pids == [r["pid"] for r in started]
+    figures = [p["throughput"] for p in res.hardware["processes"]]
+    assert min(figures) <= res.metrics["throughput"] <= max(figures)
+    assert res.metrics["processes"] == 2.0
+    started.clear()
+    oom = Repeated(Subprocess(timeout_s=120, memory_limit_gib=3), processes=2).run(
+        {**TINY_SPEC, "config": HUGE}, on_start=started.append)
+    assert oom.status == "oom" and len(started) == 1  # no second process after the first failed

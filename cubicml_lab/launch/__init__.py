@@ -14,6 +14,8 @@ launcher is how the same notebook moves from a laptop to a GPU box or a cluster:
 
 * :class:`Slurm`: one Slurm job per trial through submitit (imported only when a trial is
   submitted); Slurm's end states (``OUT_OF_MEMORY``, ``TIMEOUT``, ...) become statuses.
+* :class:`Repeated`: each trial in several fresh processes of another launcher, the timing
+  budget shared among them and their figures combined: a process's own speed level averages.
 
 Each implements :meth:`Launcher.run` and :meth:`Launcher.describe`.
 
@@ -37,6 +39,7 @@ from ..errors import ConfigError, MeasurementError
 from .base import Launcher
 from .inprocess import InProcess
 from .pool import LocalPool
+from .repeated import Repeated
 from .slurm import Slurm
 from .subprocess import Subprocess
 from .torchrun import Torchrun
@@ -46,8 +49,8 @@ if TYPE_CHECKING:
 
     from ..trials import TrialResult
 
-__all__ = ["InProcess", "Launcher", "LocalPool", "Slurm", "Subprocess", "Torchrun", "measure",
-           "measure_repeats", "repeat_spread"]
+__all__ = ["InProcess", "Launcher", "LocalPool", "Repeated", "Slurm", "Subprocess", "Torchrun",
+           "measure", "measure_repeats", "repeat_spread"]
 
 
 def measure(

@@ -2,7 +2,9 @@
 
 A campaign file names its launcher the way ``describe()`` writes it, e.g.
 ``{"kind": "subprocess", "timeout_s": 600}`` or ``{"kind": "local_pool",
-"devices_per_trial": 1}``; options left out take their defaults.
+"devices_per_trial": 1}``; options left out take their defaults. A ``repeated`` launcher names
+the launcher it repeats the same way: ``{"kind": "repeated", "processes": 2, "launcher":
+{"kind": "subprocess"}}``.
 
 Example:
     >>> from cubicml_lab.launch.describe import launcher_from_dict
@@ -20,6 +22,7 @@ from ..errors import ConfigError
 from .base import Launcher
 from .inprocess import InProcess
 from .pool import LocalPool
+from .repeated import Repeated
 from .slurm import Slurm
 from .subprocess import Subprocess
 from .torchrun import Torchrun
@@ -27,7 +30,8 @@ from .torchrun import Torchrun
 __all__ = ["launcher_from_dict"]
 
 _KINDS: dict[str, type[Launcher]] = {"inprocess": InProcess, "subprocess": Subprocess,
-                                     "torchrun": Torchrun, "local_pool": LocalPool, "slurm": Slurm}
+                                     "torchrun": Torchrun, "local_pool": LocalPool, "slurm": Slurm,
+                                     "repeated": Repeated}
 
 
 def launcher_from_dict(data: Mapping[str, Any]) -> Launcher:
@@ -52,6 +56,8 @@ def launcher_from_dict(data: Mapping[str, Any]) -> Launcher:
             raise ConfigError(f"launcher local_pool: slot_devices = {slots!r:.80} is not a list "
                               "of lists", hint="or give devices: [0, 1, ...]")
         options.setdefault("devices", [i for slot in slots for i in slot])
+    if kind == "repeated" and "launcher" in options:
+        options["launcher"] = launcher_from_dict(options["launcher"])
     allowed = [p for p in inspect.signature(cls.__init__).parameters if p != "self"]
     unknown = sorted(set(options) - set(allowed))
     if unknown:

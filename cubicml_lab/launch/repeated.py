@@ -1,0 +1,182 @@
+"""Measure each trial in several fresh processes and combine them: :class:`Repeated`.
+
+A figure measured in one fresh process carries two kinds of noise: the spread of its own timed
+windows, which its CI states and longer timing shrinks, and the process's own level, which no
+amount of timing in that process shrinks: the same configuration timed in fresh processes one
+after another on an idle 2-core VM spread 3.5% where timing in one process spread 1.7-2.0%
+(``benchmarks/measure_repeatability.py --compare-process``), and some configurations fall on two
+levels 5-8% apart from process to process. Only more processes average the second kind away.
+:class:`Repeated` runs a trial in ``processes`` fresh processes of any launcher, one after
+another, and gives each a share of the timing budget: ``max_time_s`` divided by the count and
+the CI it stops at (``target_rel_ci``) widened by its square root, so that the combined figure's
+CI is about what one process would have reached, and what is added is the cost of starting
+and warming up the extra processes (about 5 s each for a demo trial on that VM). This is the
+classic split of a benchmark's time between invocations and iterations (Kalibera and Jones,
+"Rigorous Benchmarking in Reasonable Time", ISMM 2013): where the invocation level varies more
+than the iterations, more invocations buy more precision per second than longer ones.
+
+The combined result: every rate and per-step figure (``throughput`` and its ``_raw`` and
+``_corrected`` forms, step times, the reference speed, ...) is the geometric mean over the
+processes, so ratios between figures stay as they were; counts and seconds are summed; peak
+memory, the contention flag and the worst waits are the largest; a relative CI is that of the
+mean (``sqrt(sum ci^2) / n``); ``process_spread`` is (max - min) / geometric mean of the
+processes' ``throughput``, and ``hardware["processes"]`` lists each process's figure and pid.
+A process that does not finish ok (OOM, crash, timeout) ends the trial there with its status
+and error: a configuration that fails in one process of two is not a configuration to trust.
+
+Example:
+    >>> from cubicml_lab.launch import Repeated, Subprocess
+    >>> Repeated(Subprocess(timeout_s=120), processes=2).describe()["processes"]
+    2
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import asdict, replace
+from typing import TYPE_CHECKING, Any
+
+from ..errors import ConfigError
+from .base import Launcher, check_spec
+
+if TYPE_CHECKING:
+    from ..trials import TrialResult
+
+__all__ = ["Repeated"]
+
+_SUMMED = frozenset({"steps_timed", "windows", "contended_windows", "offstate_windows",
+                     "outlier_steps", "reference_samples", "warmup_steps", "measure_s",
+                     "contended_s", "offstate_s", "drift_gated"})
+_LARGEST = frozenset({"peak_mem_gib", "contended", "cpu_wait", "others_cpu",
+                      "step_time_rel_spread", "reference_rel_spread"})
+_SMALLEST = frozenset({"target_met"})
+
+
+class Repeated(Launcher):
+    """Run each trial in ``processes`` fresh processes of ``launcher`` and combine them (module
+    doc): the same timing budget, spread over processes, so the process's own level averages.
+
+    Args:
+        launcher: Where each process runs; default a :class:`~cubicml_lab.launch.Subprocess`.
+            An :class:`~cubicml_lab.launch.InProcess` launcher is refused: its runs would share
+            one process, which is what this is to avoid.
+        processes: Fresh processes per trial (>= 1; 1 runs the trial as ``launcher`` would).
+
+    Raises:
+        ConfigError: ``processes`` is not an int >= 1, or ``launcher`` is not a subprocess
+            kind of launcher.
+    """
+
+    def __init__(self, launcher: Launcher | None = None, processes: int = 2) -> None:
+        from .inprocess import InProcess
+        from .subprocess import Subprocess
+
+        if isinstance(processes, bool) or not isinstance(processes, int) or processes < 1:
+            raise ConfigError(f"Repeated processes = {processes!r} must be an int >= 1",
+                              hint="e.g. Repeated(Subprocess(), processes=2)")
+        launcher = Subprocess() if launcher is None else launcher
+        if not isinstance(launcher, Launcher) or isinstance(launcher, (InProcess, Repeated)):
+            raise ConfigError(
+                f"Repeated launcher = {launcher!r:.80} must start fresh processes",
+                hint="pass Subprocess(...), Torchrun(...), LocalPool(...) or Slurm(...)")
+        self.launcher, self.processes = launcher, processes
+
+    @property
+    def world_size(self) -> int:
+        return self.launcher.world_size
+
+    def describe(self) -> dict[str, Any]:
+        return {"kind": "repeated", "processes": self.processes,
+                "launcher": self.launcher.describe()}
+
+    def __repr__(self) -> str:
+        return f"Repeated({self.launcher!r}, processes={self.processes})"
+
+    def run(self, spec: dict[str, Any], *,
+            on_start: Callable[[dict[str, Any]], None] | None = None) -> TrialResult:
+        spec = check_spec(spec)
+        if self.processes == 1:
+            return self.launcher.run(spec, on_start=on_start)
+        one = {**spec, "measure": share_of_budget(spec.get("measure"), self.processes)}
+        results: list[TrialResult] = []
+        records: list[dict[str, Any]] = []
+
+        def started(record: dict[str, Any]) -> None:
+            records.append(record)
+            if on_start is not None:
+                on_start(record)
+
+        for _ in range(self.processes):
+            res = self.launcher.run(dict(one), on_start=started)
+            if res.status != "ok":
+                if results:
+                    res.error = (f"process {len(results) + 1} of {self.processes} (the "
+                                 f"first {len(results)} ran ok): {res.error}")
+                    res.wall_s += sum(r.wall_s for r in results)
+                return res
+            results.append(res)
+        return combine(results, records)
+
+
+def share_of_budget(measure: dict[str, Any] | None, processes: int) -> dict[str, Any]:
+    """One process's measure options when ``processes`` share a trial's: ``max_time_s`` over
+    the count, ``target_rel_ci`` times its square root, the rest as given.
+
+    Example:
+        >>> share_of_budget({"max_time_s": 10.0, "target_rel_ci": 0.01}, 4)
+        {'max_time_s': 2.5, 'target_rel_ci': 0.02}
+    """
+    from ..timing import MeasureOptions
+
+    given = dict(measure or {})
+    try:
+        opts = MeasureOptions(**given)
+    except TypeError as err:
+        raise ConfigError(f"spec measure: {err}",
+                          hint=f"its options: {', '.join(asdict(MeasureOptions()))}") from None
+    one = replace(opts, max_time_s=opts.max_time_s / processes,
+                  target_rel_ci=opts.target_rel_ci * math.sqrt(processes))
+    return {**given, "max_time_s": one.max_time_s, "target_rel_ci": one.target_rel_ci}
+
+
+def combine(results: list[TrialResult],
+            records: list[dict[str, Any]] | None = None) -> TrialResult:
+    """One result from ok results of the same trial in separate processes (module doc);
+    ``records``: each process's start record (pid, start time), where the launcher gave one."""
+    from ..trials import TrialResult
+
+    n = len(results)
+    names = [k for k in results[0].metrics if all(k in r.metrics for r in results)]
+    metrics: dict[str, float] = {}
+    for name in names:
+        xs = [float(r.metrics[name]) for r in results]
+        if not all(math.isfinite(x) for x in xs):
+            metrics[name] = math.nan if any(math.isnan(x) for x in xs) else max(xs)
+        elif name in _SUMMED:
+            metrics[name] = sum(xs)
+        elif name in _LARGEST:
+            metrics[name] = max(xs)
+        elif name in _SMALLEST:
+            metrics[name] = min(xs)
+        elif name.endswith("_rel_ci"):
+            metrics[name] = math.sqrt(sum(x * x for x in xs)) / n
+        elif name == "throughput_log_var":  # the variance of the mean of the logs
+            metrics[name] = sum(xs) / n / n
+        elif min(xs) > 0:
+            metrics[name] = math.exp(sum(math.log(x) for x in xs) / n)
+        else:
+            metrics[name] = sum(xs) / n
+    figures = [float(r.metrics.get("throughput", math.nan)) for r in results]
+    if all(math.isfinite(x) and x > 0 for x in figures):
+        metrics["process_spread"] = (max(figures) - min(figures)) / metrics["throughput"]
+    metrics["processes"] = float(n)
+    first = results[0]
+    records = list(records or [])
+    hardware = {**first.hardware, "processes": [
+        {"throughput": r.metrics.get("throughput"), "wall_s": r.wall_s,
+         **({k: records[i].get(k) for k in ("pid", "start")} if i < len(records) else {})}
+        for i, r in enumerate(results)]}
+    return TrialResult(status="ok", metrics=metrics, hardware=hardware, error=None,
+                       workload=first.workload, workload_version=first.workload_version,
+                       config=first.config, wall_s=sum(r.wall_s for r in results))
