@@ -110,11 +110,13 @@ def report(rows: list[dict], arm: str, configs: dict[str, list[dict]]) -> str:
             f"samples median {statistics.median(x['reference_samples'] for x in mine):.0f}")
 
 
-def demo_ab(rev: str, runs: int, folder: Path) -> None:
+def demo_ab(rev: str, runs: int, folder: Path, keep: Path | None = None) -> None:
     """``runs`` demo campaigns per arm, interleaved (the arm that goes first alternates): the
     base arm's process tree, its trials' interpreters included, imports ``rev``'s tree first
     (``PYTHONPATH``, which comes before the editable install); per run and per arm the
-    leave-one-out Kendall tau, the best configuration and the campaign's seconds."""
+    leave-one-out Kendall tau, the best configuration and the campaign's seconds. ``keep``: a
+    folder whose ``demo.sqlite`` gets every campaign (named ``base1-HHMMSS``, ``work1-...``),
+    for rescoring later (``demo_report_noise.py``)."""
     tree = base_tree(rev, folder)
     found: dict[str, list[tuple[float, str, str]]] = {"base": [], "work": []}
     for r in range(runs):
@@ -124,8 +126,10 @@ def demo_ab(rev: str, runs: int, folder: Path) -> None:
             if arm == "base":
                 env["PYTHONPATH"] = os.pathsep.join(
                     [str(tree)] + [p for p in [env.get("PYTHONPATH")] if p])
+            store = str((keep or out) / "demo.sqlite")  # one store: campaigns keep their names
             done = subprocess.run([sys.executable, "-m", "cubicml_lab.cli", "demo", "--store",
-                                   str(out / "demo.sqlite"), "--out", str(out), "--no-progress"],
+                                   store, "--out", str(out), "--no-progress",
+                                   "--campaign", f"{arm}{r + 1}-{time.strftime('%H%M%S')}"],
                                   env=env, capture_output=True, text=True, check=False)
             text = done.stdout
             tau = re.search(r"Kendall tau = ([-0-9.na]+)", text)
@@ -161,13 +165,18 @@ def main() -> None:
     parser.add_argument("--demo", type=int, default=0, metavar="RUNS",
                         help="instead: RUNS `cubicml-lab demo` campaigns per arm, interleaved "
                              "(~2.5 min each)")
+    parser.add_argument("--keep", default=None, metavar="DIR",
+                        help="with --demo: store every campaign in DIR/demo.sqlite")
     args = parser.parse_args()
     if args.demo:
         with tempfile.TemporaryDirectory(prefix="cubicml-ab-") as tmp:
             print(f"demo: base {args.base} against the working tree, {args.demo} runs each; "
                   f"{time.strftime('%H:%M UTC', time.gmtime())}", flush=True)
             try:
-                demo_ab(args.base, args.demo, Path(tmp))
+                keep = None if args.keep is None else Path(args.keep)
+                if keep is not None:
+                    keep.mkdir(parents=True, exist_ok=True)
+                demo_ab(args.base, args.demo, Path(tmp), keep)
             finally:
                 remove_tree(Path(tmp))
         return

@@ -212,22 +212,24 @@ def measure_all(names: list[str], configs: dict[str, list[dict[str, Any]]], args
                 load: Load | None) -> list[dict[str, Any]]:
     """Every (workload, config, repeat), interleaved; the load starts half-way through."""
     env = dict(kv.split("=", 1) for kv in args.env)
-    launcher: cml.launch.Launcher = cml.launch.Subprocess(timeout_s=300, env=env,
-                                                          python=args.python)
-    if args.processes > 1:
-        launcher = cml.launch.Repeated(launcher, processes=args.processes)
-    jobs = [(r, n, i) for r in range(args.repeats) for n in names for i in range(len(configs[n]))]
+    one = cml.launch.Subprocess(timeout_s=300, env=env, python=args.python)
+    launchers = {n: one if n == 1 else cml.launch.Repeated(one, processes=n)
+                 for n in args.processes}
+    jobs = [(r, n, i, k) for r in range(args.repeats) for n in names
+            for i in range(len(configs[n])) for k in range(len(launchers))]
     rows, timer = [], None
-    for j, (r, name, i) in enumerate(jobs):
+    for j, (r, name, i, k) in enumerate(jobs):
         if load is not None and j == len(jobs) // 2:
             timer = threading.Timer(2.0, load.start)  # mid-measurement
             timer.start()
+        # each arm in turn, which goes first alternating from one configuration to the next
+        arm = args.processes[(k + (j // len(launchers))) % len(launchers)]
         t0, started = time.perf_counter(), time.time()
-        res = cml.measure(name, configs[name][i], launcher=launcher, device=args.device,
+        res = cml.measure(name, configs[name][i], launcher=launchers[arm], device=args.device,
                           measure_options=measure_options(args))
         m, hw = res.metrics, res.hardware
         rows.append({"workload": name, "config": i, "knobs": configs[name][i], "repeat": r,
-                     "status": res.status,
+                     "processes": arm, "status": res.status,
                      "secs": time.perf_counter() - t0, "started": started, "ended": time.time(),
                      **{k: m.get(k, math.nan) for k in (
                          "step_time_s", "throughput", "throughput_raw", "throughput_rel",
@@ -241,7 +243,8 @@ def measure_all(names: list[str], configs: dict[str, list[dict[str, Any]]], args
                          "gpu_sm_clock_mhz_min", "gpu_sm_clock_mhz_median", "gpu_power_w_median",
                          "gpu_temperature_c_max", "gpu_samples")},
                      "gpu_throttle_reasons": hw.get("gpu_throttle_reasons")})
-        print(f"  {name} config {i} repeat {r}: {res.status} "
+        print(f"  {name} config {i} repeat {r}" + (f" ({arm} processes)" if len(launchers) > 1
+                                                     else "") + f": {res.status} "
               f"{1e3 * m.get('step_time_s', math.nan):.1f} ms, contended "
               f"{m.get('contended', math.nan):.0f} ({m.get('contended_windows', math.nan):.0f} "
               f"windows), {rows[-1]['secs']:.1f} s; reference "
@@ -501,9 +504,10 @@ def main() -> None:
     parser.add_argument("--python", default=None,
                         help="interpreter of the trial processes (default: this one), e.g. a "
                              "wrapper that raises their scheduling priority")
-    parser.add_argument("--processes", type=int, default=1,
+    parser.add_argument("--processes", type=int, nargs="+", default=[1],
                         help="fresh processes per measurement, sharing its timing budget "
-                             "(cubicml_lab.launch.Repeated); default 1")
+                             "(cubicml_lab.launch.Repeated); default 1; several: each "
+                             "measurement in each, interleaved, reported apart")
     parser.add_argument("--json", default=None, help="also write every measurement here")
     parser.add_argument("--compare-process", action="store_true",
                         help="instead: each config alternately in a fresh process and in this "
@@ -512,6 +516,10 @@ def main() -> None:
                         help="compare OpenMP wait settings, idle and beside a busy process per "
                              "core, instead (first config of each workload)")
     args = parser.parse_args()
+    if min(args.processes) < 1 or len(set(args.processes)) < len(args.processes):
+        parser.error(f"--processes {args.processes}: give distinct counts >= 1")
+    if args.load and len(args.processes) > 1:
+        parser.error("--load measures one arm: give one --processes count")
     table = GPU_CONFIGS if args.device.startswith("cuda") else CONFIGS
     configs = {k: v[:3] for k, v in table.items()} if args.quick else table
     if args.quick:
@@ -525,8 +533,9 @@ def main() -> None:
     print(f"{hw.get('gpu_name', '')} {hw['cpu_model']} ({hw['cpu_count']} CPUs), torch "
           f"{hw['torch_version']}; "
           f"{args.repeats} repeats per config, fresh process each, interleaved, "
-          f"measure options {measure_options(args)}, {args.processes} process(es) per "
-          f"measurement, env {args.env or 'default'}; "
+          f"measure options {measure_options(args)}, "
+          f"{' or '.join(map(str, args.processes))} process(es) per measurement, "
+          f"env {args.env or 'default'}; "
           f"load average at start "
           f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}; {time.strftime('%H:%M')} UTC")
     if args.compare_wait:
@@ -547,7 +556,10 @@ def main() -> None:
           "reference speed, each by its neighbouring samples with drift_per_window), full: "
           "throughput_rel (raw / reference_speed), dflt: throughput "
           "(the stored default), ref: reference_speed")
-    report_idle(names, configs, idle_rows)
+    for arm in args.processes:
+        if len(args.processes) > 1:
+            print(f"\n== {arm} process(es) per measurement")
+        report_idle(names, configs, [x for x in idle_rows if x["processes"] == arm])
     if load is not None:
         report_load(rows, load)
     print(f"load average at the end {' '.join(f'{x:.2f}' for x in os.getloadavg())}")

@@ -45,7 +45,8 @@ __all__ = ["DEFAULT_CONFIG", "DEMO_MEASURE", "DEMO_PROCESSES", "cpu_fp32_flop_co
 #: their trials, against 5-6%), 4 of them the same configuration. To compare again:
 #: change this line, then ``benchmarks/ab_revisions.py --base HEAD --demo 5``.
 DEMO_MEASURE: dict[str, Any] = {"max_time_s": 6.0, "warmup_max_s": 3.0}
-#: Fresh processes per demo trial, sharing its timing budget (:class:`~cubicml_lab.launch.Repeated`).
+#: Fresh processes per demo trial, sharing its timing budget
+#: (:class:`~cubicml_lab.launch.Repeated`).
 DEMO_PROCESSES = 1
 
 
@@ -270,6 +271,10 @@ def run_demo(budget: int = 14, store: str | os.PathLike[str] = "data/demo.sqlite
         raise MeasurementError(f"max_time_s = {max_time_s!r} must be a number of seconds > 0",
                                hint=f"the demo's default: {DEMO_MEASURE['max_time_s']} "
                                     "(cubicml-lab demo --max-time-s 6)")
+    if isinstance(processes, bool) or not isinstance(processes, int) or processes < 1:
+        raise MeasurementError(f"processes = {processes!r} must be an int >= 1",
+                               hint=f"the demo's default: {DEMO_PROCESSES} "
+                                    f"(cubicml-lab demo --processes {DEMO_PROCESSES})")
     measure = {**DEMO_MEASURE, "max_time_s": max_time_s,
                "warmup_max_s": min(DEMO_MEASURE["warmup_max_s"], max_time_s / 2)}
     space = demo_space()
@@ -288,10 +293,6 @@ def run_demo(budget: int = 14, store: str | os.PathLike[str] = "data/demo.sqlite
     prior = demo_prior(flop_cost)
     search = BayesianSearch(space, objective="throughput", seed=seed, **prior)
     trial_store = TrialStore(store)
-    if isinstance(processes, bool) or not isinstance(processes, int) or processes < 1:
-        raise MeasurementError(f"processes = {processes!r} must be an int >= 1",
-                               hint=f"the demo's default: {DEMO_PROCESSES} "
-                                    f"(cubicml-lab demo --processes {DEMO_PROCESSES})")
     runner: Launcher = InProcess()
     if launcher == "subprocess":
         runner = Repeated(Subprocess(timeout_s=120), processes=processes)
@@ -334,6 +335,11 @@ def run_demo(budget: int = 14, store: str | os.PathLike[str] = "data/demo.sqlite
               "weighing each figure's noise and its neighbours, rates it lower)")
     if speedup is not None:
         print(f"default configuration: {default_value:,.0f} tokens/s  ->  speed-up {speedup:.2f}x")
+    spread = df.loc[df["status"].eq("ok"), "process_spread"].dropna() \
+        if "process_spread" in df else pd.Series(dtype=float)
+    if len(spread):
+        print(f"each trial ran in {processes} fresh processes; their figures lay a median "
+              f"{100 * spread.median():.1f}% apart (largest {100 * spread.max():.1f}%)")
     print(f"campaign took {elapsed:.0f} s; figure written to {fig_path}")
     summary = {"campaign": name, "store": str(store), "figure": str(fig_path), "best": best_cfg,
                "best_tokens_per_s": best_value, "best_estimate": best_estimate,
@@ -341,6 +347,7 @@ def run_demo(budget: int = 14, store: str | os.PathLike[str] = "data/demo.sqlite
                "default_tokens_per_s": default_value,
                "speedup": speedup, "kendall_tau": report["kendall_tau"],
                "drift_exponent": report.get("drift_exponent"), "trials": len(df),
-               "elapsed_s": elapsed, "stop_reason": camp.stop_reason}
+               "elapsed_s": elapsed, "stop_reason": camp.stop_reason,
+               "processes": processes if launcher == "subprocess" else 1}
     trial_store.close()
     return summary, fig

@@ -55,3 +55,7 @@ def test_errors_are_one_clear_line(tmp_path):
     assert run.returncode == 2 and "Traceback" not in run.stderr
     assert "max_time_s = 0.0 must be a number of seconds > 0" in run.stderr
     assert not (tmp_path / "demo.sqlite").exists()  # refused before any trial
+    run = cli("demo", "--processes", "0", "--store", str(tmp_path / "demo.sqlite"))
+    assert run.returncode == 2 and "Traceback" not in run.stderr
+    assert "processes = 0 must be an int >= 1" in run.stderr
+    assert not (tmp_path / "demo.sqlite").exists()

@@ -20,6 +20,7 @@ import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -722,6 +723,7 @@ def test_repeated_shares_the_budget_and_round_trips_through_its_description() ->
     assert one["max_time_s"] == pytest.approx(3.0)
     assert one["target_rel_ci"] == pytest.approx(0.015 * 2**0.5)  # MeasureOptions' default
     assert one["warmup_max_s"] == 3.0  # every process warms up in full
+    assert (one["min_steps"], one["max_steps"]) == (3, 100)  # of 5 and 200
     launcher = Repeated(Subprocess(timeout_s=90, env={"A": "1"}), processes=3)
     back = launcher_from_dict(launcher.describe())
     assert isinstance(back, Repeated) and back.processes == 3
@@ -756,6 +758,16 @@ def test_combined_figures_are_geometric_means_and_counts_add_up() -> None:
     assert m["processes"] == 2.0 and out.wall_s == 4.0
     assert [(p["pid"], p["throughput"]) for p in out.hardware["processes"]] == [
         (11, 100.0), (12, 121.0)]
+    # three: the median process's figures; the slow one out of them, in the counts and CI
+    slow = _result(60.0, throughput_raw=50.0, step_time_s=0.9, steps_timed=3.0, peak_mem_gib=2.0,
+                   contended=1.0, throughput_rel_ci=0.05, target_met=1.0)
+    three = combine([a, slow, replace(b, metrics={**b.metrics, "contended": 0.0})]).metrics
+    assert [three[k] for k in ("throughput", "throughput_raw", "step_time_s")] == pytest.approx(
+        [100.0, 90.0, 0.4])
+    assert three["contended"] == 0.0 and three["target_met"] == 1.0
+    assert three["steps_timed"] == 20.0 and three["peak_mem_gib"] == 2.0
+    assert three["throughput_rel_ci"] == pytest.approx((0.03**2 + 0.05**2 + 0.04**2) ** 0.5 / 3)
+    assert three["process_spread"] == pytest.approx(61 / 100)
 
 
 @pytest.mark.slow

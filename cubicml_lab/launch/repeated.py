@@ -7,20 +7,24 @@ after another on an idle 2-core VM spread 3.5% where timing in one process sprea
 (``benchmarks/measure_repeatability.py --compare-process``), and some configurations fall on two
 levels 5-8% apart from process to process. Only more processes average the second kind away.
 :class:`Repeated` runs a trial in ``processes`` fresh processes of any launcher, one after
-another, and gives each a share of the timing budget: ``max_time_s`` divided by the count and
-the CI it stops at (``target_rel_ci``) widened by its square root, so that the combined figure's
+another, and gives each a share of the timing budget (:func:`share_of_budget`): ``max_time_s``
+and the step counts divided by the count and the CI it stops at (``target_rel_ci``) widened by
+its square root, so that the combined figure's
 CI is about what one process would have reached, and what is added is the cost of starting
 and warming up the extra processes (about 5 s each for a demo trial on that VM). This is the
 classic split of a benchmark's time between invocations and iterations (Kalibera and Jones,
 "Rigorous Benchmarking in Reasonable Time", ISMM 2013): where the invocation level varies more
 than the iterations, more invocations buy more precision per second than longer ones.
 
-The combined result: every rate and per-step figure (``throughput`` and its ``_raw`` and
-``_corrected`` forms, step times, the reference speed, ...) is the geometric mean over the
-processes, so ratios between figures stay as they were; counts and seconds are summed; peak
-memory, the contention flag and the worst waits are the largest; a relative CI is that of the
-mean (``sqrt(sum ci^2) / n``); ``process_spread`` is (max - min) / geometric mean of the
-processes' ``throughput``, and ``hardware["processes"]`` lists each process's figure and pid.
+The combined result is the median process's (:func:`middle`: with 2 processes, or any even
+count, the geometric mean of the middle two), so that with 3 or more one process at an odd
+level is left out: every rate and per-step figure (``throughput`` and its ``_raw`` and
+``_corrected`` forms, step times, the reference speed, ...) comes from the same processes, so
+ratios between figures stay as they were, and the contention flag and the worst waits are the
+largest of theirs. Over every process: counts and seconds are summed, peak memory is the
+largest, and a relative CI is that of the mean (``sqrt(sum ci^2) / n``). ``process_spread`` is
+(max - min) / the combined ``throughput``, and ``hardware["processes"]`` lists each process's
+figure, pid and whether it was kept.
 A process that does not finish ok (OOM, crash, timeout) ends the trial there with its status
 and error: a configuration that fails in one process of two is not a configuration to trust.
 
@@ -51,6 +55,8 @@ _SUMMED = frozenset({"steps_timed", "windows", "contended_windows", "offstate_wi
 _LARGEST = frozenset({"peak_mem_gib", "contended", "cpu_wait", "others_cpu",
                       "step_time_rel_spread", "reference_rel_spread"})
 _SMALLEST = frozenset({"target_met"})
+# taken over every process, not only the middle ones (with the relative CIs)
+_EVERY = _SUMMED | {"peak_mem_gib", "throughput_log_var"}
 
 
 class Repeated(Launcher):
@@ -120,12 +126,14 @@ class Repeated(Launcher):
 
 
 def share_of_budget(measure: dict[str, Any] | None, processes: int) -> dict[str, Any]:
-    """One process's measure options when ``processes`` share a trial's: ``max_time_s`` over
-    the count, ``target_rel_ci`` times its square root, the rest as given.
+    """One process's measure options when ``processes`` share a trial's: ``max_time_s`` and
+    the step counts (``min_steps``, ``max_steps``; at least 3) over the count,
+    ``target_rel_ci`` times its square root, the rest (the warm-up's included: every process
+    warms up) as given.
 
     Example:
         >>> share_of_budget({"max_time_s": 10.0, "target_rel_ci": 0.01}, 4)
-        {'max_time_s': 2.5, 'target_rel_ci': 0.02}
+        {'max_time_s': 2.5, 'target_rel_ci': 0.02, 'min_steps': 3, 'max_steps': 50}
     """
     from ..timing import MeasureOptions
 
@@ -136,8 +144,11 @@ def share_of_budget(measure: dict[str, Any] | None, processes: int) -> dict[str,
         raise ConfigError(f"spec measure: {err}",
                           hint=f"its options: {', '.join(asdict(MeasureOptions()))}") from None
     one = replace(opts, max_time_s=opts.max_time_s / processes,
-                  target_rel_ci=opts.target_rel_ci * math.sqrt(processes))
-    return {**given, "max_time_s": one.max_time_s, "target_rel_ci": one.target_rel_ci}
+                  target_rel_ci=opts.target_rel_ci * math.sqrt(processes),
+                  min_steps=max(3, math.ceil(opts.min_steps / processes)),
+                  max_steps=max(3, math.ceil(opts.max_steps / processes)))
+    return {**given, **{k: getattr(one, k) for k in (
+        "max_time_s", "target_rel_ci", "min_steps", "max_steps")}}
 
 
 def combine(results: list[TrialResult],
@@ -147,10 +158,14 @@ def combine(results: list[TrialResult],
     from ..trials import TrialResult
 
     n = len(results)
+    figures = [float(r.metrics.get("throughput", math.nan)) for r in results]
+    kept = middle(figures)
     names = [k for k in results[0].metrics if all(k in r.metrics for r in results)]
     metrics: dict[str, float] = {}
     for name in names:
-        xs = [float(r.metrics[name]) for r in results]
+        every = [float(r.metrics[name]) for r in results]
+        xs = every if name in _EVERY or name.endswith("_rel_ci") else [every[i] for i in kept]
+        k = len(xs)
         if not all(math.isfinite(x) for x in xs):
             metrics[name] = math.nan if any(math.isnan(x) for x in xs) else max(xs)
         elif name in _SUMMED:
@@ -160,23 +175,38 @@ def combine(results: list[TrialResult],
         elif name in _SMALLEST:
             metrics[name] = min(xs)
         elif name.endswith("_rel_ci"):
-            metrics[name] = math.sqrt(sum(x * x for x in xs)) / n
+            metrics[name] = math.sqrt(sum(x * x for x in xs)) / k
         elif name == "throughput_log_var":  # the variance of the mean of the logs
-            metrics[name] = sum(xs) / n / n
+            metrics[name] = sum(xs) / k / k
         elif min(xs) > 0:
-            metrics[name] = math.exp(sum(math.log(x) for x in xs) / n)
+            metrics[name] = math.exp(sum(math.log(x) for x in xs) / k)
         else:
-            metrics[name] = sum(xs) / n
-    figures = [float(r.metrics.get("throughput", math.nan)) for r in results]
-    if all(math.isfinite(x) and x > 0 for x in figures):
+            metrics[name] = sum(xs) / k
+    if all(math.isfinite(x) and x > 0 for x in figures) and "throughput" in metrics:
         metrics["process_spread"] = (max(figures) - min(figures)) / metrics["throughput"]
     metrics["processes"] = float(n)
     first = results[0]
     records = list(records or [])
     hardware = {**first.hardware, "processes": [
-        {"throughput": r.metrics.get("throughput"), "wall_s": r.wall_s,
+        {"throughput": r.metrics.get("throughput"), "wall_s": r.wall_s, "kept": i in kept,
          **({k: records[i].get(k) for k in ("pid", "start")} if i < len(records) else {})}
         for i, r in enumerate(results)]}
     return TrialResult(status="ok", metrics=metrics, hardware=hardware, error=None,
                        workload=first.workload, workload_version=first.workload_version,
                        config=first.config, wall_s=sum(r.wall_s for r in results))
+
+
+def middle(figures: list[float]) -> list[int]:
+    """Indices of the processes a combined figure is taken from: the middle one (odd count) or
+    two (even count) by figure, so that the combined figure is the median and one process at
+    an odd level (3 or more processes) is left out; all of them where a figure is missing.
+
+    Example:
+        >>> middle([10.0, 7.0, 10.4]), middle([10.0, 7.0]), middle([3.0, 1.0, 2.0, 9.0])
+        ([0], [1, 0], [2, 0])
+    """
+    if not all(math.isfinite(x) for x in figures):
+        return list(range(len(figures)))
+    order = sorted(range(len(figures)), key=figures.__getitem__)
+    n = len(order)
+    return order[(n - 1) // 2: n // 2 + 1]
