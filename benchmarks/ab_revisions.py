@@ -127,10 +127,12 @@ def demo_ab(rev: str, runs: int, folder: Path, keep: Path | None = None) -> None
                 env["PYTHONPATH"] = os.pathsep.join(
                     [str(tree)] + [p for p in [env.get("PYTHONPATH")] if p])
             store = str((keep or out) / "demo.sqlite")  # one store: campaigns keep their names
+            out.mkdir(parents=True, exist_ok=True)
             done = subprocess.run([sys.executable, "-m", "cubicml_lab.cli", "demo", "--store",
                                    store, "--out", str(out), "--no-progress",
                                    "--campaign", f"{arm}{r + 1}-{time.strftime('%H%M%S')}"],
-                                  env=env, capture_output=True, text=True, check=False)
+                                  env=env, capture_output=True, text=True, check=False,
+                                  cwd=out)  # not the checkout: `-m` puts the cwd first
             text = done.stdout
             tau = re.search(r"Kendall tau = ([-0-9.na]+)", text)
             best = re.search(r"best configuration: (\{.*?\})", text)

@@ -37,6 +37,7 @@ Run (after ``cat /proc/loadavg``: the machine should be otherwise idle):
     .venv/bin/python benchmarks/measure_repeatability.py                  # gpt and dlrm, ~8 min
     .venv/bin/python benchmarks/measure_repeatability.py --load           # ~12 min
     .venv/bin/python benchmarks/measure_repeatability.py --quick          # 3 configs x 3, ~2 min
+    .venv/bin/python benchmarks/measure_repeatability.py --processes 1 2  # both, ~26 min
     .venv/bin/python benchmarks/measure_repeatability.py --env OMP_WAIT_POLICY=ACTIVE  # compare
     .venv/bin/python benchmarks/measure_repeatability.py --compare-wait --repeats 2  # ~5 min
     python3 benchmarks/measure_repeatability.py --device cuda --repeats 3 --max-time-s 3  # GPU
@@ -95,6 +96,18 @@ with randomised processes first (``ab_revisions.py --base HEAD --work-python W``
 it: median 4.0% of the stored figure, 3 of 10 within 3%, 13.7 s per measurement (max 28.8),
 none flagged, while the machine drifted more than in the A/B runs
 (raw figures 4.1-25.9%, median 10.4%): the target is still missed.
+
+``--processes 2`` measures each configuration in 2 fresh processes that share its timing
+budget (``cubicml_lab.launch.Repeated``: each process half the seconds and steps, a CI target
+wider by sqrt(2); the figure their geometric mean), so that a process's own level averages.
+Interleaved with single processes on the same VM, 2026-11-27 14:53-15:19 UTC, idle but for
+the first repeat, whose trials (10 in all, both arms) the guard flagged and the spreads leave
+out (``--processes 1 2``, 5 repeats): **2 processes, median spread 2.9% of the stored figure,
+6 of 10 within 3%, 19.0 s per measurement** (max 51.1: gpt's bf16 configuration, 2.1-s steps,
+a warm-up in each process; the step counts were not yet shared then); 1 process, 4.5%, 2 of
+10, 11.2 s (max 25.1). Lower with 2 for 7 of the 10 configurations (gpt mb8 2.8% against 5.2%,
+dlrm batch 1,024 5.1% against 10.1%), higher for 3 (by 0.8-1.1 points). With the first repeat
+left out, 6 configurations of the 2-process arm and 4 of the other have 4 repeats, not 5.
 
 ``--compare-wait`` measures each workload's first configuration under several OpenMP wait
 settings, idle and beside one busy process per core (guard off), to see what each costs idle

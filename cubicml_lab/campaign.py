@@ -527,12 +527,18 @@ class Campaign(CampaignView):
         Raises :class:`_Taken` when another process claimed it first."""
 
         followed = self._attach.pop(trial_id, None)
+        current: list[dict[str, Any]] = []  # the record stored last, once the trial is claimed
 
         def on_start(record: dict[str, Any]) -> None:
+            if current:  # the launcher's next process of the same trial (launch.Repeated)
+                self._take_over(trial_id, current[-1], record)
+                current.append(dict(record))
+                return
             if followed is None:
                 self._claim(trial_id, record)
             else:
                 self._take_over(trial_id, followed, record)
+            current.append(dict(record))
             if claimed is None:
                 self._emit("started", trial_id)
             else:

@@ -51,6 +51,21 @@ def test_real_six_trial_campaign_end_to_end(gpt_space, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(300)  # the bug this guards against was a trial started again and again
+def test_a_campaign_stores_trials_measured_in_two_processes_each(gpt_space, tmp_store):
+    launcher = cml.launch.Repeated(cml.launch.Subprocess(timeout_s=120), processes=2)
+    camp = make("twice", gpt_space, tmp_store, launcher=launcher)
+    df = camp.run(budget=2, progress=False, verbose=False)
+    assert list(df["status"]) == ["ok", "ok"] and (df["processes"] == 2).all()
+    for trial in tmp_store.trials("twice"):
+        first, second = trial.hardware["processes"]
+        assert first["pid"] != second["pid"]
+        assert trial.hardware["process"]["pid"] == second["pid"]  # the record followed it
+    again = cml.Campaign.from_yaml(camp.to_yaml(tmp_store.path.parent / "twice.yaml"))
+    assert again.launcher.describe() == launcher.describe()
+
+
+@pytest.mark.slow
 def test_resume_continues_without_repeating(gpt_space, tmp_store):
     first = make("resume", gpt_space, tmp_store)
     first.run(budget=3, progress=False, verbose=False)

@@ -107,7 +107,9 @@ class Launcher(abc.ABC):
                 start time of the process and of its owner, this process). A campaign stores
                 it with the running trial, so that a later campaign can find and end a trial
                 whose campaign died. If it raises, the trial does not run and the exception
-                propagates.
+                propagates. A launcher that runs the trial in several processes one after
+                another (:class:`~cubicml_lab.launch.Repeated`) calls it for each, so that
+                the stored record follows the live process.
 
         Returns:
             The trial's result; failures, OOM and timeouts are statuses, not exceptions.
