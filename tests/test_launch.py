@@ -728,7 +728,10 @@ def test_repeated_shares_the_budget_and_round_trips_through_its_description() ->
     back = launcher_from_dict(launcher.describe())
     assert isinstance(back, Repeated) and back.processes == 3
     assert back.launcher.describe() == launcher.launcher.describe()
-    for bad in ({"processes": 0}, {"processes": 1.5}, {"launcher": InProcess()}):
+    whole = launcher_from_dict(Repeated(processes=2, share_budget=False).describe())
+    assert isinstance(whole, Repeated) and whole.share_budget is False
+    for bad in ({"processes": 0}, {"processes": 1.5}, {"launcher": InProcess()},
+                {"share_budget": "no"}):
         with pytest.raises(ConfigError, match="Repeated"):
             Repeated(**bad)
     with pytest.raises(ConfigError, match="measure"):

@@ -68,13 +68,18 @@ class Repeated(Launcher):
             An :class:`~cubicml_lab.launch.InProcess` launcher is refused: its runs would share
             one process, which is what this is to avoid.
         processes: Fresh processes per trial (>= 1; 1 runs the trial as ``launcher`` would).
+        share_budget: Divide the trial's timing budget among the processes
+            (:func:`share_of_budget`); False gives each process the whole budget, at about
+            ``processes`` times the cost, where a share would leave each process too few
+            steps for a steady figure.
 
     Raises:
         ConfigError: ``processes`` is not an int >= 1, or ``launcher`` is not a subprocess
             kind of launcher.
     """
 
-    def __init__(self, launcher: Launcher | None = None, processes: int = 2) -> None:
+    def __init__(self, launcher: Launcher | None = None, processes: int = 2,
+                 share_budget: bool = True) -> None:
         from .inprocess import InProcess
         from .subprocess import Subprocess
 
@@ -86,7 +91,10 @@ class Repeated(Launcher):
             raise ConfigError(
                 f"Repeated launcher = {launcher!r:.80} must start fresh processes",
                 hint="pass Subprocess(...), Torchrun(...), LocalPool(...) or Slurm(...)")
-        self.launcher, self.processes = launcher, processes
+        if not isinstance(share_budget, bool):
+            raise ConfigError(f"Repeated share_budget = {share_budget!r} must be True or False",
+                              hint="e.g. Repeated(Subprocess(), processes=2, share_budget=False)")
+        self.launcher, self.processes, self.share_budget = launcher, processes, share_budget
 
     @property
     def world_size(self) -> int:
@@ -94,17 +102,20 @@ class Repeated(Launcher):
 
     def describe(self) -> dict[str, Any]:
         return {"kind": "repeated", "processes": self.processes,
-                "launcher": self.launcher.describe()}
+                "share_budget": self.share_budget, "launcher": self.launcher.describe()}
 
     def __repr__(self) -> str:
-        return f"Repeated({self.launcher!r}, processes={self.processes})"
+        return (f"Repeated({self.launcher!r}, processes={self.processes}, "
+                f"share_budget={self.share_budget})")
 
     def run(self, spec: dict[str, Any], *,
             on_start: Callable[[dict[str, Any]], None] | None = None) -> TrialResult:
         spec = check_spec(spec)
         if self.processes == 1:
             return self.launcher.run(spec, on_start=on_start)
-        one = {**spec, "measure": share_of_budget(spec.get("measure"), self.processes)}
+        one = dict(spec)
+        if self.share_budget:
+            one["measure"] = share_of_budget(spec.get("measure"), self.processes)
         results: list[TrialResult] = []
         records: list[dict[str, Any]] = []
 
