@@ -7,14 +7,20 @@ after another on an idle 2-core VM spread 3.5% where timing in one process sprea
 (``benchmarks/measure_repeatability.py --compare-process``), and some configurations fall on two
 levels 5-8% apart from process to process. Only more processes average the second kind away.
 :class:`Repeated` runs a trial in ``processes`` fresh processes of any launcher, one after
-another, and gives each a share of the timing budget (:func:`share_of_budget`): ``max_time_s``
-and the step counts divided by the count and the CI it stops at (``target_rel_ci``) widened by
-its square root, so that the combined figure's
-CI is about what one process would have reached, and what is added is the cost of starting
-and warming up the extra processes (about 5 s each for a demo trial on that VM). This is the
-classic split of a benchmark's time between invocations and iterations (Kalibera and Jones,
-"Rigorous Benchmarking in Reasonable Time", ISMM 2013): where the invocation level varies more
-than the iterations, more invocations buy more precision per second than longer ones.
+another, and by default gives each a share of the timing budget (:func:`share_of_budget`):
+``max_time_s`` and the step counts divided by the count and the CI it stops at
+(``target_rel_ci``) widened by its square root, so that the combined figure's CI is about what
+one process would have reached, and what is added is the cost of starting and warming up the
+extra processes (about 5 s each for a demo trial on that VM). This is the classic split of a
+benchmark's time between invocations and iterations (Kalibera and Jones, "Rigorous
+Benchmarking in Reasonable Time", ISMM 2013): where the invocation level varies more than the
+iterations, more invocations buy more precision per second than longer ones. On that VM, 10
+configurations with steps of 50-330 ms and 10 s of timing spread a median 2.9% across repeats
+in 2 processes, against 4.5% in one (``measure_repeatability.py --processes 1 2``). Where a
+share leaves a process only a few steps, its windows' own noise comes back: the demo's 6 s of
+0.1-0.4-s steps, shared, left 8 steps a process; ``share_budget=False`` gives each process the
+whole budget, at about ``processes`` times the timing cost (the demo's choice,
+:data:`~cubicml_lab.demo.DEMO_PROCESSES`).
 
 The combined result is the median process's (:func:`middle`: with 2 processes, or any even
 count, the geometric mean of the middle two), so that with 3 or more one process at an odd
