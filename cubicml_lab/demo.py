@@ -278,10 +278,9 @@ def run_demo(budget: int = 14, store: str | os.PathLike[str] = "data/demo.sqlite
         raise MeasurementError(f"max_time_s = {max_time_s!r} must be a number of seconds > 0",
                                hint=f"the demo's default: {DEMO_MEASURE['max_time_s']} "
                                     "(cubicml-lab demo --max-time-s 6)")
-    if isinstance(processes, bool) or not isinstance(processes, int) or processes < 1:
-        raise MeasurementError(f"processes = {processes!r} must be an int >= 1",
-                               hint=f"the demo's default: {DEMO_PROCESSES} "
-                                    f"(cubicml-lab demo --processes {DEMO_PROCESSES})")
+    runner: Launcher = InProcess()  # built first: a bad ``processes`` is refused before the store
+    if launcher == "subprocess":
+        runner = Repeated(Subprocess(timeout_s=120), processes=processes, share_budget=False)
     measure = {**DEMO_MEASURE, "max_time_s": max_time_s,
                "warmup_max_s": min(DEMO_MEASURE["warmup_max_s"], max_time_s / 2)}
     space = demo_space()
@@ -300,9 +299,6 @@ def run_demo(budget: int = 14, store: str | os.PathLike[str] = "data/demo.sqlite
     prior = demo_prior(flop_cost)
     search = BayesianSearch(space, objective="throughput", seed=seed, **prior)
     trial_store = TrialStore(store)
-    runner: Launcher = InProcess()
-    if launcher == "subprocess":
-        runner = Repeated(Subprocess(timeout_s=120), processes=processes, share_budget=False)
     camp = Campaign(name, space, workload="gpt", launcher=runner, searcher=search,
                     store=trial_store, measure_options=measure, reference=DEFAULT_CONFIG)
     t0 = time.perf_counter()
@@ -342,8 +338,7 @@ def run_demo(budget: int = 14, store: str | os.PathLike[str] = "data/demo.sqlite
               "weighing each figure's noise and its neighbours, rates it lower)")
     if speedup is not None:
         print(f"default configuration: {default_value:,.0f} tokens/s  ->  speed-up {speedup:.2f}x")
-    spread = df.loc[df["status"].eq("ok"), "process_spread"].dropna() \
-        if "process_spread" in df else pd.Series(dtype=float)
+    spread = df["process_spread"].dropna() if "process_spread" in df else []
     if len(spread):
         print(f"each trial ran in {processes} fresh processes; their figures lay a median "
               f"{100 * spread.median():.1f}% apart (largest {100 * spread.max():.1f}%)")
@@ -355,6 +350,6 @@ def run_demo(budget: int = 14, store: str | os.PathLike[str] = "data/demo.sqlite
                "speedup": speedup, "kendall_tau": report["kendall_tau"],
                "drift_exponent": report.get("drift_exponent"), "trials": len(df),
                "elapsed_s": elapsed, "stop_reason": camp.stop_reason,
-               "processes": processes if launcher == "subprocess" else 1}
+               "processes": getattr(runner, "processes", 1)}
     trial_store.close()
     return summary, fig

@@ -57,5 +57,5 @@ def test_errors_are_one_clear_line(tmp_path):
     assert not (tmp_path / "demo.sqlite").exists()  # refused before any trial
     run = cli("demo", "--processes", "0", "--store", str(tmp_path / "demo.sqlite"))
     assert run.returncode == 2 and "Traceback" not in run.stderr
-    assert "processes = 0 must be an int >= 1" in run.stderr
+    assert "Repeated processes = 0 must be an int >= 1" in run.stderr
     assert not (tmp_path / "demo.sqlite").exists()
