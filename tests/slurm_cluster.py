@@ -294,9 +294,18 @@ def _port_open(port: int) -> bool:
         return False
 
 
-def _node_idle(cluster: SlurmCluster) -> bool:
+def node_state(cluster: SlurmCluster) -> str:
+    """The node's state in ``sinfo`` without its flag suffix.
+
+    ``sinfo`` marks a state with a trailing character (``mixed-``: planned by the backfill
+    scheduler, ``idle*``: not responding, ``idle~``: powered off); the word before it is the state.
+    """
     out = cluster.command("sinfo", "-h", "-N", "-o", "%T", timeout=10)
-    return out.returncode == 0 and out.stdout.strip() == "idle"
+    return out.stdout.strip().rstrip("*~#!%$@^-+") if out.returncode == 0 else ""
+
+
+def _node_idle(cluster: SlurmCluster) -> bool:
+    return node_state(cluster) == "idle"
 
 
 if __name__ == "__main__":

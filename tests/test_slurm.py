@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from slurm_cluster import PACKAGES, SlurmCluster, missing_binaries, start_cluster
+from slurm_cluster import PACKAGES, SlurmCluster, missing_binaries, node_state, start_cluster
 from test_launch import FAST, TINY
 
 from cubicml_lab.launch import Slurm
@@ -319,8 +319,8 @@ def _fail_node(cluster: SlurmCluster) -> None:
                     "reason=cubicml test")
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
-        state = cluster.command("sinfo", "-h", "-N", "-o", "%T").stdout.strip()
-        if state in ("idle", "mixed", "allocated"):
+        state = node_state(cluster)
+        if state in ("idle", "mixed", "allocated", "planned"):
             return
         if time.monotonic() > deadline - 15:
             cluster.command("scontrol", "update", "nodename=localhost", "state=resume")
