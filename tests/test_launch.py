@@ -748,7 +748,7 @@ def test_combined_figures_are_geometric_means_and_counts_add_up() -> None:
                 peak_mem_gib=1.0, contended=0.0, throughput_rel_ci=0.03, target_met=1.0)
     b = _result(121.0, throughput_raw=99.0, step_time_s=0.1, steps_timed=7.0,
                 peak_mem_gib=1.5, contended=1.0, throughput_rel_ci=0.04, target_met=0.0)
-    out = combine([a, b], [{"pid": 11, "start": 5}, {"pid": 12, "start": 6}])
+    out = combine([a, b], [{"pid": 11, "start": 5}, {"pid": 12, "start": 6}], keep="median")
     m = out.metrics
     assert m["throughput"] == pytest.approx(110.0)  # sqrt(100 * 121)
     assert m["throughput"] / m["throughput_raw"] == pytest.approx(
@@ -764,13 +764,36 @@ def test_combined_figures_are_geometric_means_and_counts_add_up() -> None:
     # three: the median process's figures; the slow one out of them, in the counts and CI
     slow = _result(60.0, throughput_raw=50.0, step_time_s=0.9, steps_timed=3.0, peak_mem_gib=2.0,
                    contended=1.0, throughput_rel_ci=0.05, target_met=1.0)
-    three = combine([a, slow, replace(b, metrics={**b.metrics, "contended": 0.0})]).metrics
+    three = combine([a, slow, replace(b, metrics={**b.metrics, "contended": 0.0})],
+                    keep="median").metrics
     assert [three[k] for k in ("throughput", "throughput_raw", "step_time_s")] == pytest.approx(
         [100.0, 90.0, 0.4])
     assert three["contended"] == 0.0 and three["target_met"] == 1.0
     assert three["steps_timed"] == 20.0 and three["peak_mem_gib"] == 2.0
     assert three["throughput_rel_ci"] == pytest.approx((0.03**2 + 0.05**2 + 0.04**2) ** 0.5 / 3)
     assert three["process_spread"] == pytest.approx(61 / 100)
+
+
+def test_by_default_a_trial_keeps_its_fastest_process() -> None:
+    slow = _result(90.0, throughput_raw=80.0, step_time_s=0.5, steps_timed=9.0, contended=1.0,
+                   throughput_rel_ci=0.05, throughput_log_var=0.004, peak_mem_gib=2.0)
+    fast = _result(100.0, throughput_raw=95.0, step_time_s=0.45, steps_timed=11.0, contended=0.0,
+                   throughput_rel_ci=0.01, throughput_log_var=0.001, peak_mem_gib=1.0)
+    out = combine([slow, fast])
+    m = out.metrics
+    # every rate and its CI from the fast process, so their ratios stay its own
+    assert [m[k] for k in ("throughput", "throughput_raw", "step_time_s", "contended",
+                           "throughput_rel_ci", "throughput_log_var")] == pytest.approx(
+        [100.0, 95.0, 0.45, 0.0, 0.01, 0.001])
+    assert m["steps_timed"] == 20.0 and m["peak_mem_gib"] == 2.0  # over every process
+    assert m["process_spread"] == pytest.approx(0.1)
+    assert [p["kept"] for p in out.hardware["processes"]] == [False, True]
+    launcher = Repeated(processes=2)
+    assert launcher.keep == "fastest" and "keep='fastest'" in repr(launcher)
+    back = launcher_from_dict(Repeated(processes=3, keep="median").describe())
+    assert isinstance(back, Repeated) and back.keep == "median"
+    with pytest.raises(ConfigError, match="keep = 'mean' is not one of fastest, median"):
+        Repeated(keep="mean")
 
 
 @pytest.mark.slow
