@@ -99,7 +99,9 @@ none flagged, while the machine drifted more than in the A/B runs
 
 ``--processes 2`` measures each configuration in 2 fresh processes that share its timing
 budget (``cubicml_lab.launch.Repeated``: each process half the seconds and steps, a CI target
-wider by sqrt(2); the figure their geometric mean), so that a process's own level averages.
+wider by sqrt(2)), so that a process's own level averages out. In the run below the figure
+was the geometric mean of the two; since 2026-11-27 it is the faster process's
+(``Repeated(keep="fastest")``; ``--keep median`` for the other).
 Interleaved with single processes on the same VM, 2026-11-27 14:53-15:19 UTC, idle but for
 the first repeat, whose trials (10 in all, both arms) the guard flagged and the spreads leave
 out (``--processes 1 2``, 5 repeats): **2 processes, median spread 2.9% of the stored figure,
@@ -226,7 +228,7 @@ def measure_all(names: list[str], configs: dict[str, list[dict[str, Any]]], args
     """Every (workload, config, repeat), interleaved; the load starts half-way through."""
     env = dict(kv.split("=", 1) for kv in args.env)
     one = cml.launch.Subprocess(timeout_s=300, env=env, python=args.python)
-    launchers = {n: one if n == 1 else cml.launch.Repeated(one, processes=n)
+    launchers = {n: one if n == 1 else cml.launch.Repeated(one, processes=n, keep=args.keep)
                  for n in args.processes}
     jobs = [(r, n, i, k) for r in range(args.repeats) for n in names
             for i in range(len(configs[n])) for k in range(len(launchers))]
@@ -521,6 +523,9 @@ def main() -> None:
                         help="fresh processes per measurement, sharing its timing budget "
                              "(cubicml_lab.launch.Repeated); default 1; several: each "
                              "measurement in each, interleaved, reported apart")
+    parser.add_argument("--keep", choices=("fastest", "median"), default="fastest",
+                        help="with several processes, whose figures a measurement keeps "
+                             "(Repeated's keep; default fastest)")
     parser.add_argument("--json", default=None, help="also write every measurement here")
     parser.add_argument("--compare-process", action="store_true",
                         help="instead: each config alternately in a fresh process and in this "
