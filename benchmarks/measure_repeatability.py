@@ -110,6 +110,12 @@ a warm-up in each process; the step counts were not yet shared then); 1 process,
 10, 11.2 s (max 25.1). Lower with 2 for 7 of the 10 configurations (gpt mb8 2.8% against 5.2%,
 dlrm batch 1,024 5.1% against 10.1%), higher for 3 (by 0.8-1.1 points). With the first repeat
 left out, 6 configurations of the 2-process arm and 4 of the other have 4 repeats, not 5.
+Again with the faster process kept (the default since), 2026-11-27 19:03-19:31 UTC, idle, none
+flagged (``--processes 1 2 --json rep12.json``): **2 processes, median spread 3.0%, 5 of 10
+within 3%, 19.6 s per measurement** (max 44.1, the bf16 configuration); 1 process, 3.7%, 4 of
+10, 11.5 s (max 27.1). The same 2-process trials taken as the geometric mean of both (from the
+stored ``process_spread``) spread 3.2%, 4 of 10; their processes lay more than 3% apart in 5 of
+50 trials.
 
 ``--compare-wait`` measures each workload's first configuration under several OpenMP wait
 settings, idle and beside one busy process per core (guard off), to see what each costs idle
