@@ -216,6 +216,8 @@ def combine(results: list[TrialResult], records: list[dict[str, Any]] | None = N
             metrics[name] = math.sqrt(sum(x * x for x in xs)) / k
         elif name == "throughput_log_var":  # the variance of the mean of the logs
             metrics[name] = sum(xs) / k / k
+        elif k == 1:  # the kept process's own figure, to the last bit
+            metrics[name] = xs[0]
         elif min(xs) > 0:
             metrics[name] = math.exp(sum(math.log(x) for x in xs) / k)
         else:
