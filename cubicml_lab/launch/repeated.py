@@ -9,14 +9,16 @@ levels 5-8% apart from process to process. Only more processes average the secon
 :class:`Repeated` runs a trial in ``processes`` fresh processes of any launcher, one after
 another, and by default gives each a share of the timing budget (:func:`share_of_budget`):
 ``max_time_s`` and the step counts divided by the count and the CI it stops at
-(``target_rel_ci``) widened by its square root, so that the combined figure's CI is about what
-one process would have reached, and what is added is the cost of starting and warming up the
-extra processes (about 5 s each for a demo trial on that VM). This is the classic split of a
-benchmark's time between invocations and iterations (Kalibera and Jones, "Rigorous
-Benchmarking in Reasonable Time", ISMM 2013): where the invocation level varies more than the
-iterations, more invocations buy more precision per second than longer ones. On that VM, 10
-configurations with steps of 50-330 ms and 10 s of timing spread a median 2.9% across repeats
-in 2 processes, against 4.5% in one (``measure_repeatability.py --processes 1 2``). Where a
+(``target_rel_ci``) widened by its square root, so that the CI of the processes' mean is about
+what one process would have reached (with ``keep="fastest"``, the default, the CI a trial
+stores is the kept process's, wider by about that root), and what is added is the cost of
+starting and warming up the extra processes (about 5 s each for a demo trial on that VM). This
+is the classic split of a benchmark's time between invocations and iterations (Kalibera and
+Jones, "Rigorous Benchmarking in Reasonable Time", ISMM 2013): where the invocation level varies
+more than the iterations, more invocations buy more precision per second than longer ones. On
+that VM, 10 configurations with steps of 50-330 ms and 10 s of timing spread a median 2.9%
+across repeats in 2 processes (their geometric mean), against 4.5% in one, and in a later run
+3.0% (the faster kept) against 3.7% (``measure_repeatability.py --processes 1 2``). Where a
 share leaves a process only a few steps, its windows' own noise comes back: the demo's 6 s of
 0.1-0.4-s steps, shared, left 8 steps a process; ``share_budget=False`` gives each process the
 whole budget, at about ``processes`` times the timing cost (the demo's choice,
