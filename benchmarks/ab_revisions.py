@@ -24,7 +24,7 @@ Run (idle machine; ~17 min for 4 repeats of the 10 configurations):
     .venv/bin/python benchmarks/ab_revisions.py --base HEAD --repeats 4
     .venv/bin/python benchmarks/ab_revisions.py --base HEAD~3 --workloads gpt --repeats 3
     .venv/bin/python benchmarks/ab_revisions.py --work-env GLIBC_TUNABLES=glibc.malloc.hugetlb=1
-    .venv/bin/python benchmarks/ab_revisions.py --base HEAD --demo 5  # ~25 min
+    .venv/bin/python benchmarks/ab_revisions.py --base HEAD --demo 5  # ~35 min
 
 ``--demo RUNS`` compares ``make demo``'s campaign instead: RUNS campaigns per arm, interleaved,
 printing each one's leave-one-out Kendall tau, best configuration and seconds. The base arm's
