@@ -33,7 +33,7 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     demo.add_argument("--processes", type=int, default=None,
                       help="fresh processes per trial, each timing it for --max-time-s, "
-                           "their figures combined (default 2)")
+                           "the fastest one's figures kept (default 2)")
     demo.add_argument("--max-time-s", type=float, default=6.0,
                       help="seconds of timed steps per trial (default 6; shorter is noisier)")
     run = sub.add_parser("run", help="start or resume the campaign a YAML campaign file describes")
