@@ -730,8 +730,11 @@ def test_repeated_shares_the_budget_and_round_trips_through_its_description() ->
     assert back.launcher.describe() == launcher.launcher.describe()
     whole = launcher_from_dict(Repeated(processes=2, share_budget=False).describe())
     assert isinstance(whole, Repeated) and whole.share_budget is False
+    assert launcher.skip_long_steps is True and "skip_long_steps=True" in repr(launcher)
+    strict = launcher_from_dict(Repeated(processes=2, skip_long_steps=False).describe())
+    assert isinstance(strict, Repeated) and strict.skip_long_steps is False
     for bad in ({"processes": 0}, {"processes": 1.5}, {"launcher": InProcess()},
-                {"share_budget": "no"}):
+                {"share_budget": "no"}, {"skip_long_steps": 1}):
         with pytest.raises(ConfigError, match="Repeated"):
             Repeated(**bad)
     with pytest.raises(ConfigError, match="measure"):
@@ -810,3 +813,9 @@ def test_repeated_measures_a_trial_in_fresh_processes_and_stops_at_a_failed_one(
     oom = Repeated(Subprocess(timeout_s=120, memory_limit_gib=3), processes=2).run(
         {**TINY_SPEC, "config": HUGE}, on_start=started.append)
     assert oom.status == "oom" and len(started) == 1  # no second process after the first failed
+    started.clear()  # a budget its first process's minimum steps overran: no second process
+    long = Repeated(Subprocess(timeout_s=120), processes=2).run(
+        {**TINY_SPEC, "measure": {**FAST, "max_time_s": 0.001}}, on_start=started.append)
+    check_ok(long)
+    assert len(started) == 1 and long.metrics["processes"] == 1.0
+    assert long.hardware["processes_skipped"] == 1 and len(long.hardware["processes"]) == 1

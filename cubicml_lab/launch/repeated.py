@@ -47,6 +47,11 @@ kept process's (``"fastest"``) or that of the mean of all of them (``"median"``:
 figure, pid and whether it was kept.
 A process that does not finish ok (OOM, crash, timeout) ends the trial there with its status
 and error: a configuration that fails in one process of two is not a configuration to trust.
+A trial whose steps are too long for its budget to be split (a process's ``min_steps`` alone
+took longer than its ``max_time_s``; :func:`steps_too_long`) runs in no further process: on that
+VM gpt's bf16 configuration (2.3-s steps, 10 s of budget) took 44 s a trial in 2 processes, each
+paying about 7 s to start (torch and its compiler stack import) and 3 minimum steps, and 18 s in
+one (``skip_long_steps=False`` runs them all).
 
 Example:
     >>> from cubicml_lab.launch import Repeated, Subprocess
@@ -92,6 +97,11 @@ class Repeated(Launcher):
             steps for a steady figure.
         keep: ``"fastest"`` (keep the figures of the process with the highest throughput) or
             ``"median"`` (module doc).
+        skip_long_steps: Start no further process once one's minimum steps alone took longer
+            than its timing budget (``min_steps`` x its step time > ``max_time_s``): such steps
+            are too long for the budget to be split, and each further process would add its
+            start, warm-up and minimum steps again. The trial then has the figures of the
+            processes run so far; ``hardware["processes_skipped"]`` says how many were not.
 
     Raises:
         ConfigError: ``processes`` is not an int >= 1, ``launcher`` is not a subprocess kind
@@ -99,7 +109,8 @@ class Repeated(Launcher):
     """
 
     def __init__(self, launcher: Launcher | None = None, processes: int = 2,
-                 share_budget: bool = True, keep: str = "fastest") -> None:
+                 share_budget: bool = True, keep: str = "fastest",
+                 skip_long_steps: bool = True) -> None:
         from .inprocess import InProcess
         from .subprocess import Subprocess
 
@@ -111,14 +122,15 @@ class Repeated(Launcher):
             raise ConfigError(
                 f"Repeated launcher = {launcher!r:.80} must start fresh processes",
                 hint="pass Subprocess(...), Torchrun(...), LocalPool(...) or Slurm(...)")
-        if not isinstance(share_budget, bool):
-            raise ConfigError(f"Repeated share_budget = {share_budget!r} must be True or False",
-                              hint="e.g. Repeated(Subprocess(), processes=2, share_budget=False)")
+        for name, flag in (("share_budget", share_budget), ("skip_long_steps", skip_long_steps)):
+            if not isinstance(flag, bool):
+                raise ConfigError(f"Repeated {name} = {flag!r:.40} must be True or False",
+                                  hint=f"e.g. Repeated(Subprocess(), processes=2, {name}=False)")
         if keep not in KEEP:
             raise ConfigError(f"Repeated keep = {keep!r:.40} is not one of {', '.join(KEEP)}",
                               hint='e.g. Repeated(Subprocess(), processes=2, keep="median")')
         self.launcher, self.processes, self.share_budget = launcher, processes, share_budget
-        self.keep = keep
+        self.keep, self.skip_long_steps = keep, skip_long_steps
 
     @property
     def world_size(self) -> int:
@@ -127,11 +139,12 @@ class Repeated(Launcher):
     def describe(self) -> dict[str, Any]:
         return {"kind": "repeated", "processes": self.processes,
                 "share_budget": self.share_budget, "keep": self.keep,
-                "launcher": self.launcher.describe()}
+                "skip_long_steps": self.skip_long_steps, "launcher": self.launcher.describe()}
 
     def __repr__(self) -> str:
         return (f"Repeated({self.launcher!r}, processes={self.processes}, "
-                f"share_budget={self.share_budget}, keep={self.keep!r})")
+                f"share_budget={self.share_budget}, keep={self.keep!r}, "
+                f"skip_long_steps={self.skip_long_steps})")
 
     def run(self, spec: dict[str, Any], *,
             on_start: Callable[[dict[str, Any]], None] | None = None) -> TrialResult:
@@ -149,6 +162,7 @@ class Repeated(Launcher):
             if on_start is not None:
                 on_start(record)
 
+        options = _options(one.get("measure"))
         for _ in range(self.processes):
             res = self.launcher.run(dict(one), on_start=started)
             if res.status != "ok":
@@ -158,7 +172,12 @@ class Repeated(Launcher):
                     res.wall_s += sum(r.wall_s for r in results)
                 return res
             results.append(res)
-        return combine(results, records, keep=self.keep)
+            if self.skip_long_steps and steps_too_long(res.metrics, options):
+                break
+        out = combine(results, records, keep=self.keep)
+        if len(results) < self.processes:
+            out.hardware["processes_skipped"] = self.processes - len(results)
+        return out
 
 
 def share_of_budget(measure: dict[str, Any] | None, processes: int) -> dict[str, Any]:
@@ -171,20 +190,40 @@ def share_of_budget(measure: dict[str, Any] | None, processes: int) -> dict[str,
         >>> share_of_budget({"max_time_s": 10.0, "target_rel_ci": 0.01}, 4)
         {'max_time_s': 2.5, 'target_rel_ci': 0.02, 'min_steps': 3, 'max_steps': 50}
     """
-    from ..timing import MeasureOptions
-
     given = dict(measure or {})
-    try:
-        opts = MeasureOptions(**given)
-    except TypeError as err:
-        raise ConfigError(f"spec measure: {err}",
-                          hint=f"its options: {', '.join(asdict(MeasureOptions()))}") from None
+    opts = _options(given)
     one = replace(opts, max_time_s=opts.max_time_s / processes,
                   target_rel_ci=opts.target_rel_ci * math.sqrt(processes),
                   min_steps=max(3, math.ceil(opts.min_steps / processes)),
                   max_steps=max(3, math.ceil(opts.max_steps / processes)))
     return {**given, **{k: getattr(one, k) for k in (
         "max_time_s", "target_rel_ci", "min_steps", "max_steps")}}
+
+
+def _options(measure: dict[str, Any] | None) -> Any:
+    """The :class:`~cubicml_lab.timing.MeasureOptions` a spec's ``measure`` dict gives."""
+    from ..timing import MeasureOptions
+
+    try:
+        return MeasureOptions(**dict(measure or {}))
+    except TypeError as err:
+        raise ConfigError(f"spec measure: {err}",
+                          hint=f"its options: {', '.join(asdict(MeasureOptions()))}") from None
+
+
+def steps_too_long(metrics: dict[str, float], options: Any) -> bool:
+    """Whether a process's minimum steps alone took longer than its timing budget
+    (``min_steps`` x its median raw step time > ``max_time_s``): its trial's steps are too long
+    for the budget to be split among processes.
+
+    Example:
+        >>> from cubicml_lab.timing import MeasureOptions
+        >>> o = MeasureOptions(max_time_s=5.0, min_steps=3)
+        >>> steps_too_long({"step_time_raw_s": 2.3}, o), steps_too_long({"step_time_raw_s": 0.2}, o)
+        (True, False)
+    """
+    step_s = float(metrics.get("step_time_raw_s", metrics.get("step_time_s", math.nan)))
+    return math.isfinite(step_s) and options.min_steps * step_s > options.max_time_s
 
 
 def combine(results: list[TrialResult], records: list[dict[str, Any]] | None = None,
