@@ -256,7 +256,7 @@ def measure_all(names: list[str], configs: dict[str, list[dict[str, Any]]], args
                          "step_time_s", "throughput", "throughput_raw", "throughput_rel",
                          "throughput_corrected",
                          "reference_speed", "drift_corrected",
-                         "contended", "contended_windows", "cpu_wait", "others_cpu",
+                         "contended", "contended_windows", "cpu_wait", "others_cpu", "cpu_steal",
                          "throughput_log_var", "reference_usual", "offstate_windows",
                          "drift_gated", "reference_samples", "throughput_rel_ci",
                          "target_met", "process_spread")},

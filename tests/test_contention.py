@@ -288,3 +288,31 @@ def test_guard_calls_a_window_contended_from_a_small_wait(monkeypatch, wait, con
     is_contended, fig = guard.stop()
     assert is_contended is contended
     assert fig["cpu_wait"] == pytest.approx(wait, rel=0.05)
+
+
+@pytest.mark.parametrize(("steal", "ticks", "contended"),
+                         [(0.01, None, False), (0.12, None, True), (None, 1, False),
+                          (None, 3, True)])
+def test_guard_calls_a_window_contended_when_the_host_stole_its_cpus(
+        monkeypatch, steal, ticks, contended) -> None:
+    # A VM's CPUs that the hypervisor gave to other work (/proc/stat's steal) slow a window
+    # the guest's own scheduler sees nothing of; one 10-ms tick is only the reading's resolution.
+    from cubicml_lab.hardware import contention
+
+    clock: list[float] = []
+
+    def fake_machine() -> tuple[float, float]:  # (busy, stolen) seconds over every CPU so far
+        clock.append(time.perf_counter())
+        if ticks is not None:
+            return 0.0, 0.0 if len(clock) == 1 else ticks / contention._CLK_TCK
+        return 0.0, steal * contention._CPUS * (clock[-1] - clock[0])
+
+    monkeypatch.setattr(contention, "_machine_cpu_s", fake_machine)
+    monkeypatch.setattr(contention, "_threads_wait_s", lambda: 0.0)  # the guest saw no wait
+    guard = CpuContention(threads=2)
+    guard.start()
+    time.sleep(0.1)
+    is_contended, fig = guard.stop()
+    assert is_contended is contended
+    if steal is not None:
+        assert fig["cpu_steal"] == pytest.approx(steal, rel=0.05)

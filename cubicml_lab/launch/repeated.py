@@ -77,7 +77,7 @@ __all__ = ["Repeated"]
 _SUMMED = frozenset({"steps_timed", "windows", "contended_windows", "offstate_windows",
                      "outlier_steps", "reference_samples", "warmup_steps", "measure_s",
                      "contended_s", "offstate_s", "drift_gated"})
-_LARGEST = frozenset({"peak_mem_gib", "contended", "cpu_wait", "others_cpu",
+_LARGEST = frozenset({"peak_mem_gib", "contended", "cpu_wait", "others_cpu", "cpu_steal",
                       "step_time_rel_spread", "reference_rel_spread"})
 _SMALLEST = frozenset({"target_met"})
 

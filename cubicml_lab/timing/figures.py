@@ -88,7 +88,8 @@ class Timing:
         contended_windows: Windows the guard discarded (and re-timed).
         contended_s: Seconds of discarded windows and reference samples.
         guard_figures: Per window, clean or discarded, in order: the guard's figures (e.g.
-            ``cpu_wait``, ``cpu_util``, ``others_cpu``) and ``contended`` (1.0 / 0.0).
+            ``cpu_wait``, ``cpu_util``, ``others_cpu``, ``cpu_steal``) and ``contended``
+            (1.0 / 0.0).
         reference_times_s: Seconds per reference step of each clean reference sample behind
             the figure (with ``drift_gated``, those taken at the machine's usual speed).
         offstate_windows: Windows set aside because the machine was off its usual speed (see
@@ -181,7 +182,8 @@ def _median(x: list[float]) -> float:
 def guard_metrics(timing: Timing) -> dict[str, float]:
     """What the contention guard saw: ``contended`` (1.0 / 0.0), ``contended_windows``,
     ``contended_s``, and medians over the windows of ``cpu_wait`` (all windows), ``cpu_util``
-    (clean ones) and ``others_cpu`` (all windows, in cores); NaN where not measured."""
+    (clean ones) and ``others_cpu`` (all windows, in cores), and the largest ``cpu_steal`` of
+    any window (a rare event: a median would be 0); NaN where not measured."""
     figs = timing.guard_figures
     clean = [f for f in figs if not f.get("contended")]
 
@@ -191,7 +193,9 @@ def guard_metrics(timing: Timing) -> dict[str, float]:
     return {"contended": 1.0 if timing.contended else 0.0,
             "contended_windows": float(timing.contended_windows),
             "contended_s": timing.contended_s, "cpu_wait": med(figs, "cpu_wait"),
-            "cpu_util": med(clean or figs, "cpu_util"), "others_cpu": med(figs, "others_cpu")}
+            "cpu_util": med(clean or figs, "cpu_util"), "others_cpu": med(figs, "others_cpu"),
+            "cpu_steal": max((f["cpu_steal"] for f in figs if not math.isnan(
+                f.get("cpu_steal", math.nan))), default=math.nan)}
 
 
 def reference_metrics(timing: Timing) -> dict[str, float]:
