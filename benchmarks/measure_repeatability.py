@@ -115,7 +115,15 @@ flagged (``--processes 1 2 --json rep12.json``): **2 processes, median spread 3.
 within 3%, 19.6 s per measurement** (max 44.1, the bf16 configuration); 1 process, 3.7%, 4 of
 10, 11.5 s (max 27.1). The same 2-process trials taken as the geometric mean of both (from the
 stored ``process_spread``) spread 3.2%, 4 of 10; their processes lay more than 3% apart in 5 of
-50 trials.
+50 trials. Once a trial whose minimum steps overran one process's budget ran in no further
+process (``Repeated(skip_long_steps=True)``, the bf16 configuration) and a warm-up lasted at
+most half of ``max_time_s``, 2026-11-27 20:48-21:12 UTC, idle, none flagged (the guard now also
+reads the VM's steal time: at most 4.4% of a window, under its one-tick allowance):
+**2 processes, median spread 2.5%, 6 of 10 within 3%, 17.1 s per measurement (max 22.8, gpt
+mb32)**, the bf16 configuration 16.9 s in one process (44.1 s in two before); 1 process, 3.9%,
+3 of 10, 11.7 s (max 24.7). The bf16 configuration spread 10.9%: its first repeat ran at 978
+tokens/s in both arms, one after the other, the others at 878-910, with a reference (fp32)
+that did not move with it.
 
 ``--compare-wait`` measures each workload's first configuration under several OpenMP wait
 settings, idle and beside one busy process per core (guard off), to see what each costs idle

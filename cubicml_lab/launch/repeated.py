@@ -18,7 +18,8 @@ Jones, "Rigorous Benchmarking in Reasonable Time", ISMM 2013): where the invocat
 more than the iterations, more invocations buy more precision per second than longer ones. On
 that VM, 10 configurations with steps of 50-330 ms and 10 s of timing spread a median 2.9%
 across repeats in 2 processes (their geometric mean), against 4.5% in one, and in a later run
-3.0% (the faster kept) against 3.7% (``measure_repeatability.py --processes 1 2``). Where a
+3.0% (the faster kept) against 3.7%, and in a third 2.5% against 3.9%
+(``measure_repeatability.py --processes 1 2``). Where a
 share leaves a process only a few steps, its windows' own noise comes back: the demo's 6 s of
 0.1-0.4-s steps, shared, left 8 steps a process; ``share_budget=False`` gives each process the
 whole budget, at about ``processes`` times the timing cost (the demo's choice,
@@ -50,8 +51,8 @@ and error: a configuration that fails in one process of two is not a configurati
 A trial whose steps are too long for its budget to be split (a process's ``min_steps`` alone
 took longer than its ``max_time_s``; :func:`steps_too_long`) runs in no further process: on that
 VM gpt's bf16 configuration (2.3-s steps, 10 s of budget) took 44 s a trial in 2 processes, each
-paying about 7 s to start (torch and its compiler stack import) and 3 minimum steps, and 18 s in
-one (``skip_long_steps=False`` runs them all).
+paying about 7 s to start (torch and its compiler stack import) and 3 minimum steps, and 16-18 s
+in one (``skip_long_steps=False`` runs them all).
 
 Example:
     >>> from cubicml_lab.launch import Repeated, Subprocess
