@@ -54,7 +54,10 @@ both repeats (tau 1.0); the bf16 gpt configurations again reached the power cap 
 UTC, with trial processes at a fixed address layout (``bash benchmarks/gpu_check.sh repeat 4``):
 0.1-4.8% across 4 (median 0.3%), 9.5 s per measurement (max 13.4), none flagged, tau 1.0; the
 4.8% is bf16 with full recompute, whose first repeat ran 4-5% slow (322,378 against 334,502-
-338,670 tokens/s) with its SM clock no lower than the others' (1,920-1,980 MHz).
+338,670 tokens/s) with its SM clock no lower than the others' (1,920-1,980 MHz); on one H200,
+2026-11-27 21:14 UTC, with the warm-up at most half of ``max_time_s`` (``TESTS_TIMEOUT=260
+REPEAT_TIMEOUT=230 bash benchmarks/gpu_check.sh all 2``): 0.0-2.2% across 2 (median 0.3%), 11.5
+s per measurement (max 13.8), none flagged, tau 1.0.
 
 ``--compare-process`` measures each configuration alternately in a fresh process and in the
 benchmark's own long-lived process (``cml.launch.InProcess``) and prints the spread of each. On
