@@ -56,12 +56,22 @@ def test_warmup_discards_slow_first_steps() -> None:
         calls.append(1)
         time.sleep(0.06 if len(calls) <= 3 else 0.005)
 
-    t = time_steps(step, options=MeasureOptions(max_time_s=0.5, window_min_s=0.0))
+    t = time_steps(step, options=MeasureOptions(max_time_s=0.5, window_min_s=0.0,
+                                                warmup_max_s=5.0))
     assert t.warmup_steps >= 6, "warm-up ends only once 3 step times agree"
     assert all(x >= 0.06 for x in t.warmup_step_times_s[:3])
     assert max(t.step_times_s) < 0.03, "a slow warm-up step leaked into the timed windows"
     assert abs(t.median_step_time_s / 0.005 - 1) < 0.5
     assert len(calls) == t.warmup_steps + t.steps_timed
+
+
+def test_a_long_step_warms_up_for_at_most_half_the_timing_budget() -> None:
+    # 0.1-s steps and 0.3 s of timing: 2 warm-up steps (0.2 s > 0.15 s), not the 4 that
+    # settling needs, unless the caller gives the warm-up its own budget
+    opts = {"max_time_s": 0.3, "min_steps": 1, "window_min_s": 0.0}
+    assert time_steps(sleeper(0.1), options=MeasureOptions(**opts)).warmup_steps == 2
+    own = time_steps(sleeper(0.1), options=MeasureOptions(**opts, warmup_max_s=5.0))
+    assert own.warmup_steps >= 4
 
 
 def test_first_step_is_never_timed_even_when_settled() -> None:

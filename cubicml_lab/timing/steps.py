@@ -38,11 +38,11 @@ class MeasureOptions:
             started once ``min_steps`` are timed).
         warmup_min_steps: Untimed warm-up steps at least (>= 1: the first step is never timed).
         warmup_max_steps: Warm-up steps at most.
-        warmup_max_s: Warm-up budget in seconds (ends it once ``warmup_min_steps`` ran); at
-            most half of ``max_time_s``, so that a long step's warm-up does not cost more than
-            its timing: on a 2-core VM gpt's bf16 steps of 2.2 s ran within 3% of each other
-            from the first on, and waiting for 3 of them to agree took 4 steps, 9 s, where the
-            timed phase had 5 s.
+        warmup_max_s: Warm-up budget in seconds (ends it once ``warmup_min_steps`` ran);
+            ``None`` (the default): half of ``max_time_s``, at most 20 s, so that a long
+            step's warm-up does not cost more than its timing: on a 2-core VM gpt's bf16 steps
+            of 2.2 s ran within 3% of each other from the first on, and waiting for 3 of them
+            to agree took 4 steps, 9 s, where the timed phase had 5 s.
         settle_rel: Warm-up ends when the last 3 step times (not counting the first step) are
             within this fraction of their median.
         window_min_s: Seconds a timed window lasts at least; steps are grouped so, and the
@@ -82,7 +82,7 @@ class MeasureOptions:
     max_time_s: float = 20.0
     warmup_min_steps: int = 2
     warmup_max_steps: int = 20
-    warmup_max_s: float = 20.0
+    warmup_max_s: float | None = None
     settle_rel: float = 0.10
     window_min_s: float = 0.05
     guard: bool = True
@@ -150,6 +150,8 @@ class MeasureOptions:
     def __post_init__(self) -> None:
         for f in fields(self):
             value = getattr(self, f.name)
+            if value is None and "None" in str(f.type):
+                continue
             ok_type = (isinstance(value, int) if f.type == "int"
                        else isinstance(value, (int, float)) and math.isfinite(value))
             if (f.type == "bool") != isinstance(value, bool) or not ok_type:
@@ -163,7 +165,8 @@ class MeasureOptions:
                   ("warmup_min_steps", self.warmup_min_steps >= 1, ">= 1 (never time step 1)"),
                   ("warmup_max_steps", self.warmup_max_steps >= self.warmup_min_steps,
                    ">= warmup_min_steps"),
-                  ("warmup_max_s", self.warmup_max_s >= 0, ">= 0"),
+                  ("warmup_max_s", self.warmup_max_s is None or self.warmup_max_s >= 0,
+                   ">= 0, or None for half of max_time_s"),
                   ("settle_rel", self.settle_rel > 0, "> 0"),
                   ("window_min_s", self.window_min_s >= 0, ">= 0"),
                   ("max_cpu_wait", self.max_cpu_wait > 0, "> 0"),
@@ -176,6 +179,21 @@ class MeasureOptions:
                 raise MeasurementError(
                     f"MeasureOptions.{name} = {getattr(self, name)!r} must be {rule}",
                     hint=f"default: {getattr(MeasureOptions, name)!r}")
+
+    @property
+    def warmup_budget_s(self) -> float:
+        """Seconds the warm-up may last once ``warmup_min_steps`` ran: ``warmup_max_s``, or
+        where that is ``None`` half of ``max_time_s``, at most 20 s.
+
+        Example:
+            >>> [MeasureOptions(max_time_s=t).warmup_budget_s for t in (5.0, 100.0)]
+            [2.5, 20.0]
+            >>> MeasureOptions(max_time_s=5.0, warmup_max_s=8.0).warmup_budget_s
+            8.0
+        """
+        if self.warmup_max_s is not None:
+            return self.warmup_max_s
+        return min(20.0, self.max_time_s / 2)
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any] | None) -> MeasureOptions:
@@ -295,8 +313,7 @@ def _warm_up(step: Callable[[], Any], timer: StepTimer, agree: Callable[[float],
         step()
         warm.append(agree(timer.stop()))
         n, spent = len(warm), sum(warm)
-        budget_spent = n >= o.warmup_max_steps or spent >= min(o.warmup_max_s,
-                                                                o.max_time_s / 2)
+        budget_spent = n >= o.warmup_max_steps or spent >= o.warmup_budget_s
         if n >= o.warmup_min_steps and (budget_spent or _settled(warm, o.settle_rel)):
             return warm
 
