@@ -45,7 +45,7 @@ process: counts and seconds are summed and peak memory is the largest. A relativ
 kept process's (``"fastest"``) or that of the mean of all of them (``"median"``:
 ``sqrt(sum ci^2) / n``; the median's precision is about the mean's). ``process_spread`` is
 (max - min) / the combined ``throughput``, and ``hardware["processes"]`` lists each process's
-figure, pid and whether it was kept.
+figure, its CI, pid and whether it was kept.
 A process that does not finish ok (OOM, crash, timeout) ends the trial there with its status
 and error: a configuration that fails in one process of two is not a configuration to trust.
 A trial whose steps are too long for its budget to be split (a process's ``min_steps`` alone
@@ -270,7 +270,9 @@ def combine(results: list[TrialResult], records: list[dict[str, Any]] | None = N
     first = results[0]
     records = list(records or [])
     hardware = {**first.hardware, "processes": [
-        {"throughput": r.metrics.get("throughput"), "wall_s": r.wall_s, "kept": i in kept,
+        {"throughput": r.metrics.get("throughput"),
+         "throughput_rel_ci": r.metrics.get("throughput_rel_ci"), "wall_s": r.wall_s,
+         "kept": i in kept,
          **({k: records[i].get(k) for k in ("pid", "start")} if i < len(records) else {})}
         for i, r in enumerate(results)]}
     return TrialResult(status="ok", metrics=metrics, hardware=hardware, error=None,
