@@ -284,7 +284,7 @@ def test_guard_calls_a_window_contended_from_a_small_wait(monkeypatch, wait, con
     guard = CpuContention(threads=2)
     assert guard.max_wait == MAX_CPU_WAIT
     guard.start()
-    time.sleep(0.05)
+    time.sleep(0.2)  # long enough that a delay between its two clocks is small
     is_contended, fig = guard.stop()
     assert is_contended is contended
     assert fig["cpu_wait"] == pytest.approx(wait, rel=0.05)
@@ -311,7 +311,7 @@ def test_guard_calls_a_window_contended_when_the_host_stole_its_cpus(
     monkeypatch.setattr(contention, "_threads_wait_s", lambda: 0.0)  # the guest saw no wait
     guard = CpuContention(threads=2)
     guard.start()
-    time.sleep(0.1)
+    time.sleep(0.2)
     is_contended, fig = guard.stop()
     assert is_contended is contended
     if steal is not None:
