@@ -79,7 +79,9 @@ gpt 0.9-14.6%, dlrm 6.9-14.2%, raw 8.2%), 12.4 s per measurement, the longest 47
 trial ran the once-per-machine bf16 peak benchmark, about 20 s then, since shrunk to about 2 s);
 dlrm's slow repeats (-11 to -13%) came with references only 2-3% slow. ``--load`` on the same VM
 20 minutes later: its idle part spread 2.8% (5 of 10 within 3%), and 25 of 25 loaded trials were
-flagged.
+flagged; again on 2026-11-27 22:23 UTC, with the guard reading steal time too: the idle part
+(2-3 repeats a configuration) 1.2%, 7 of 10 within 3%, and 25 of 25 loaded trials flagged
+(``cpu_wait`` 0.17-0.40, raw figures 22-54% under their idle ones), none unflagged.
 
 The same VM, 2026-11-27, idle, before and after dlrm got its own reference (a dlrm of 256
 samples and 1,000 rows per table, in place of the MLP): before, median spread of the stored
