@@ -44,7 +44,8 @@ __all__ = ["DEFAULT_CONFIG", "DEMO_MEASURE", "DEMO_PROCESSES", "cpu_fp32_flop_co
 #: correcting a trial for the machine's speed varied by a standard deviation of 7-12% across
 #: their trials, against 5-6%), 4 of them the same configuration. To compare again:
 #: change this line, then ``benchmarks/ab_revisions.py --base HEAD --demo 5``.
-DEMO_MEASURE: dict[str, Any] = {"max_time_s": 6.0, "warmup_max_s": 3.0}
+#: The warm-up takes ``MeasureOptions``' default: half of ``max_time_s`` (3 s) at most.
+DEMO_MEASURE: dict[str, Any] = {"max_time_s": 6.0}
 #: Fresh processes per demo trial, each timing it for the whole budget (:data:`DEMO_MEASURE`);
 #: the trial keeps the faster one's figures (:class:`~cubicml_lab.launch.Repeated`,
 #: ``share_budget=False``, ``keep="fastest"``). On the 2-core VM, 2026-11-27, 10 idle demos so
@@ -257,7 +258,8 @@ def run_demo(budget: int = 14, store: str | os.PathLike[str] = "data/demo.sqlite
         launcher: ``"subprocess"`` (a fresh interpreter per trial) or ``"inprocess"``.
         progress: Show the tqdm bar.
         max_time_s: Seconds of timed steps per trial (:data:`DEMO_MEASURE`: 6); its warm-up
-            may take half as long, at most 3 s. Shorter is quicker and noisier.
+            may take half as long (``MeasureOptions.warmup_budget_s``). Shorter is quicker and
+            noisier.
         processes: Fresh processes per trial with the ``"subprocess"`` launcher, each with
             the whole timing budget, the fastest one's figures kept
             (:class:`~cubicml_lab.launch.Repeated`; :data:`DEMO_PROCESSES`: 2). A process
@@ -285,8 +287,7 @@ def run_demo(budget: int = 14, store: str | os.PathLike[str] = "data/demo.sqlite
     runner: Launcher = InProcess()  # built first: a bad ``processes`` is refused before the store
     if launcher == "subprocess":
         runner = Repeated(Subprocess(timeout_s=120), processes=processes, share_budget=False)
-    measure = {**DEMO_MEASURE, "max_time_s": max_time_s,
-               "warmup_max_s": min(DEMO_MEASURE["warmup_max_s"], max_time_s / 2)}
+    measure = {**DEMO_MEASURE, "max_time_s": max_time_s}
     space = demo_space()
     hw = hardware_info("cpu")
     name = campaign or time.strftime("demo-%Y%m%d-%H%M%S")

@@ -33,7 +33,7 @@ def test_demo_report_export(tmp_path):
     assert "micro_batch=8" in first and "precision=fp32" in first
     with sqlite3.connect(store) as db:  # the 1-s budget is the campaign's measure option
         (meta,) = db.execute("SELECT metadata FROM campaigns WHERE name = 'd'").fetchone()
-    assert json.loads(meta)["measure_options"] == {"max_time_s": 1.0, "warmup_max_s": 0.5}
+    assert json.loads(meta)["measure_options"] == {"max_time_s": 1.0}
 
     report = cli("report", "d", "--store", str(store))
     assert report.returncode == 0, report.stderr

@@ -71,6 +71,7 @@ from ..errors import ConfigError
 from .base import Launcher, check_spec
 
 if TYPE_CHECKING:
+    from ..timing import MeasureOptions
     from ..trials import TrialResult
 
 __all__ = ["Repeated"]
@@ -201,7 +202,7 @@ def share_of_budget(measure: dict[str, Any] | None, processes: int) -> dict[str,
         "max_time_s", "target_rel_ci", "min_steps", "max_steps")}}
 
 
-def _options(measure: dict[str, Any] | None) -> Any:
+def _options(measure: dict[str, Any] | None) -> MeasureOptions:
     """The :class:`~cubicml_lab.timing.MeasureOptions` a spec's ``measure`` dict gives."""
     from ..timing import MeasureOptions
 
@@ -212,7 +213,7 @@ def _options(measure: dict[str, Any] | None) -> Any:
                           hint=f"its options: {', '.join(asdict(MeasureOptions()))}") from None
 
 
-def steps_too_long(metrics: dict[str, float], options: Any) -> bool:
+def steps_too_long(metrics: dict[str, float], options: MeasureOptions) -> bool:
     """Whether a process's minimum steps alone took longer than its timing budget
     (``min_steps`` x its median raw step time > ``max_time_s``): its trial's steps are too long
     for the budget to be split among processes.
