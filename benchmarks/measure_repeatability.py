@@ -5,7 +5,8 @@ interpreter (``cml.launch.Subprocess``), interleaved so that slow drifts of the 
 configuration alike. Every trial times its own drift reference (``metrics["reference_speed"]``,
 a fixed small MLP step between its windows, with about as many rows as the trial's matmuls:
 ``metrics["reference_rows"]``), sampled after every window, and runs under the contention
-guard; a dlrm trial's reference is a small dlrm (``Workload.drift_reference``,
+guard; a dlrm trial's reference is a small dlrm, with 1,000 or 20,000 rows a table, whichever
+is nearer its own mix of table updates and FLOPs (``DLRMWorkload.drift_reference_for``,
 ``hardware["drift_reference"]``). The stored ``throughput`` is the drift-corrected figure
 ``throughput_corrected`` (the raw one for a trial in another precision than its reference's,
 gpt's bf16 configuration): the

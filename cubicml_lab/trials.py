@@ -28,6 +28,7 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import json
 import math
@@ -284,15 +285,16 @@ def _omp_env() -> str:
 
 
 def _guard_and_reference(device: str, options: Any, telemetry: Any, rows: int,
-                         workload: Any) -> tuple[Any, Any]:
-    """The contention guard and drift reference of a trial on ``device``: on CPU the run-queue
-    wait of the trial's threads and, at the trial's thread count, the workload's own
-    :class:`~cubicml_lab.hardware.StepReference` where it names one
-    (``workload.drift_reference``), else a :class:`~cubicml_lab.hardware.ReferenceWork` of
-    ``rows``; on CUDA the throttle reasons :class:`GpuTelemetry` sees (no reference: a CPU
-    workload says nothing of a GPU's speed). No CPU guard when the trial's own threads (all
-    local ranks') outnumber its cores: their waiting is the config's, not the machine's. The
-    reference (``None``: none) has ``sample`` and ``name``, the key of its scale."""
+                         workload: Any, config: dict[str, Any]) -> tuple[Any, Any]:
+    """The contention guard and drift reference of a trial of ``config`` on ``device``: on CPU
+    the run-queue wait of the trial's threads and, at the trial's thread count, the workload's
+    own :class:`~cubicml_lab.hardware.StepReference` where it names any
+    (``workload.drift_reference_for(config)``), else a
+    :class:`~cubicml_lab.hardware.ReferenceWork` of ``rows``; on CUDA the throttle reasons
+    :class:`GpuTelemetry` sees (no reference: a CPU workload says nothing of a GPU's speed).
+    No CPU guard when the trial's own threads (all local ranks') outnumber its cores: their
+    waiting is the config's, not the machine's. The reference (``None``: none) has ``sample``
+    and ``name``, the key of its scale."""
     import os
 
     import torch
@@ -301,7 +303,6 @@ def _guard_and_reference(device: str, options: Any, telemetry: Any, rows: int,
         CpuContention,
         GpuTelemetry,
         ReferenceWork,
-        StepReference,
         ThrottleGuard,
     )
 
@@ -313,13 +314,27 @@ def _guard_and_reference(device: str, options: Any, telemetry: Any, rows: int,
         guard = None
     if options.reference_share <= 0:
         return guard, None
-    ref_config = getattr(workload, "drift_reference", None)
+    ref_config = workload.drift_reference_for(config)
     if ref_config is None:
         return guard, ReferenceWork(rows=rows)
-    ref = workload.build(workload.resolve(ref_config), "cpu")  # one process, this one's threads
+    return guard, _step_reference(workload, ref_config)
+
+
+def _step_reference(workload: Any, ref_config: Mapping[str, Any]) -> Any:
+    """A :class:`~cubicml_lab.hardware.StepReference` of ``workload`` at ``ref_config`` (one of
+    its ``drift_references``), built on the CPU in this process, at its thread count; its name,
+    the key of its nominal speed, is the workload's name, version and ``ref_config``."""
+    from .hardware import StepReference
+
+    ref = workload.build(workload.resolve(ref_config), "cpu")
+    return StepReference(ref.step, _reference_name(workload, ref_config), precision=ref.precision)
+
+
+def _reference_name(workload: Any, ref_config: Mapping[str, Any]) -> str:
+    """The name of ``workload``'s drift reference at ``ref_config``: e.g.
+    ``"dlrm v1 batch_size=256,rows=1000"``."""
     knobs = ",".join(f"{k}={v}" for k, v in sorted(ref_config.items()))
-    return guard, StepReference(ref.step, f"{workload.name} v{workload.version} {knobs}",
-                                precision=ref.precision)
+    return f"{workload.name} v{workload.version} {knobs}"
 
 
 def _corrects(reference: Any, precision: str) -> bool:
@@ -375,11 +390,16 @@ def _build_and_time(workload: Any, config: dict[str, Any], options: Any, device:
     telemetry = GpuTelemetry(device) if device.startswith("cuda") else contextlib.nullcontext()
     with telemetry:
         rows = reference_rows(built.matmul_rows)
-        guard, reference = _guard_and_reference(device, options, telemetry, rows, workload)
+        guard, reference = _guard_and_reference(device, options, telemetry, rows, workload,
+                                                config)
         threads = torch.get_num_threads()
         scale = reference.name if reference is not None else rows  # its nominal's key
         if reference is not None and not isinstance(scale, str):
             establish_reference_scale(threads)  # once per machine and thread count
+        elif reference is not None and len(workload.drift_references) > 1:
+            establish_reference_scale(threads, gauges={  # the workload's own, on one scale
+                _reference_name(workload, c): functools.partial(_step_reference, workload, c)
+                for c in workload.drift_references})
         usual = (reference_usual(threads, options.drift_tol, scale)
                  if reference is not None and options.drift_tol > 0 else None)
         hardware["contention_guard"] = (type(guard).__name__ if guard is not None and

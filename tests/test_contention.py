@@ -190,41 +190,73 @@ def test_a_step_reference_calibrates_its_samples_to_about_20_ms() -> None:
     assert all(0.002 <= s < 0.007 for s in samples), samples
 
 
-def test_a_workload_that_names_its_reference_is_corrected_by_it(tmp_path, monkeypatch) -> None:
-    """dlrm names a small dlrm as its drift reference: its trials say so, carry no MLP size, and
-    keep that reference's own scale (the first figure offered is its nominal, later ones are
-    recorded against it); a gpt trial keeps the MLP sized to its rows."""
+def test_a_workload_that_names_its_references_is_corrected_by_the_nearest(tmp_path,
+                                                                          monkeypatch) -> None:
+    """dlrm names two small dlrms as its drift references: a trial is gauged by the one whose
+    tables' memory traffic per FLOP is nearest its own, says which, and carries no MLP size;
+    both references' nominals are measured together on the first trial and kept (later figures
+    are recorded against them); a gpt trial keeps the MLP sized to its rows."""
     monkeypatch.setenv("CUBICML_LAB_CACHE_DIR", str(tmp_path))
-    small = {"batch_size": 64, "num_tables": 2, "rows": 500}
+    small = {"batch_size": 64, "num_tables": 2, "rows": 500}  # 500 table elements per sample
+    wide = {**small, "rows": 20000}  # 20,000: the large reference's share
     measure = {"max_time_s": 1.0, "warmup_max_s": 1.0}
-    first, second = (run_trial({"workload": "dlrm", "config": small, "measure": measure})
-                     for _ in range(2))
-    name = "dlrm v1 batch_size=256,rows=1000"
-    for res in (first, second):
+    first, second, third = (run_trial({"workload": "dlrm", "config": c, "measure": measure})
+                            for c in (small, small, wide))
+    names = ["dlrm v1 batch_size=256,rows=1000", "dlrm v1 batch_size=256,rows=20000"]
+    for res, name in zip((first, second, third), names[:1] * 2 + names[1:]):
         assert res.status == "ok", res.error
         assert res.hardware["drift_reference"] == name
-    if any(res.metrics["contended"] for res in (first, second)):  # no clean reference sample
+    if any(res.metrics["contended"] for res in (first, second, third)):
         pytest.skip("machine busy: a dlrm trial was flagged contended")
-    for res in (first, second):
+    for res in (first, second, third):
         assert res.metrics["reference_rows"] != res.metrics["reference_rows"]  # NaN: no MLP
         assert res.metrics["reference_speed"] > 0
     cache = json.loads((tmp_path / "reference.json").read_text())
-    entry = next(v for k, v in cache.items() if k.endswith(f"|ref={name}"))
-    assert entry["steps_per_s"] == first.metrics["reference_speed"]
+    entry, large = (next(v for k, v in cache.items() if k.endswith(f"|ref={n}")) for n in names)
+    assert entry["steps_per_s"] > 1.5 * large["steps_per_s"]  # 20x the rows: slower steps
     assert entry["recent"] == [first.metrics["reference_speed"], second.metrics["reference_speed"]]
+    assert large["recent"] == [third.metrics["reference_speed"]]
+    assert 0.5 < entry["steps_per_s"] / first.metrics["reference_speed"] < 2.0
     assert not any(k.endswith("|rows=256") for k in cache)  # the MLP scale was not needed
     # a figure taken beside other work does not become a missing scale's nominal
     for _ in range(2):  # NaN both times: nothing was kept
         assert math.isnan(reference_nominal(1.0, 2, rows="another", first=False))
     assert reference_nominal(3.0, 2, rows="another") == 3.0
     # corrected = raw scaled by nominal / reference (per window, so about the medians' ratio)
-    m = second.metrics
-    want = entry["steps_per_s"] / m["reference_speed"]
-    assert m["throughput_corrected"] / m["throughput_raw"] == pytest.approx(want, rel=0.1)
+    for res, kept in ((second, entry), (third, large)):
+        m = res.metrics
+        want = kept["steps_per_s"] / m["reference_speed"]
+        assert m["throughput_corrected"] / m["throughput_raw"] == pytest.approx(want, rel=0.1)
     gpt = run_trial({"workload": "gpt", "config": TINY_GPT, "measure": measure})
     assert gpt.status == "ok", gpt.error
     rows = gpt.metrics["reference_rows"]
     assert rows in REFERENCE_ROWS and gpt.hardware["drift_reference"] == f"mlp rows={rows:.0f}"
+
+
+def test_named_references_share_one_scale_measured_together(tmp_path, monkeypatch) -> None:
+    """``establish_reference_scale`` with named gauges builds and samples them only when one is
+    missing, keeps the ones it has, and moves a missing one onto their scale."""
+    monkeypatch.setenv("CUBICML_LAB_CACHE_DIR", str(tmp_path))
+    built: list[str] = []
+
+    def gauge(name: str, sleep_s: float):
+        def make() -> StepReference:
+            built.append(name)
+            return StepReference(lambda: time.sleep(sleep_s), name, sample_s=0.004)
+        return make
+
+    gauges = {"one": gauge("one", 0.001), "four": gauge("four", 0.004)}
+    first = establish_reference_scale(2, rounds=3, gauges=gauges)
+    assert sorted(built) == ["four", "one"] and sorted(first) == ["four", "one"]
+    assert 2.0 < first["one"] / first["four"] < 5.0  # a quarter of the sleep: about 4x the steps
+    assert establish_reference_scale(2, gauges=gauges) == first and len(built) == 2
+    reference_nominal(first["one"] * 3, 2, rows="one", record=True)  # a later figure: recorded
+    cache = json.loads((tmp_path / "reference.json").read_text())
+    del cache[next(k for k in cache if k.endswith("|ref=four"))]
+    (tmp_path / "reference.json").write_text(json.dumps(cache))
+    again = establish_reference_scale(2, rounds=3, gauges=gauges)
+    assert again["one"] == first["one"] and len(built) == 4
+    assert 0.5 < again["four"] / first["four"] < 2.0
 
 
 def test_only_a_reference_in_the_trials_precision_corrects_its_default_figure() -> None:

@@ -15,13 +15,13 @@
   same question for a CUDA device (throttle reasons seen by :class:`GpuTelemetry`).
 * :class:`ReferenceWork`: a fixed small training step whose speed, measured next to a trial,
   gauges how fast the machine runs at that moment (drift correction), in a size near the trial's
-  rows per matmul (:func:`reference_rows`), or, for a workload that names one
-  (``Workload.drift_reference``), a :class:`StepReference`: a fixed small configuration of the
-  workload itself; :func:`establish_reference_scale` measures every
-  size's nominal speed together and :func:`reference_nominal` keeps them, the scale of corrected
-  figures, and the recent speeds;
-  :func:`reference_usual` reads and the one it is usually at (a machine
-  that switches between speed states has its windows held to that one: ``time_steps``).
+  rows per matmul (:func:`reference_rows`), or, for a workload that names its own
+  (``Workload.drift_references``), a :class:`StepReference`: a fixed small configuration of
+  the workload itself. :func:`establish_reference_scale` measures the nominal speeds of every
+  size (or every reference a workload names) together, :func:`reference_nominal` keeps them
+  (the scale of corrected figures) and the recent speeds, and :func:`reference_usual` reads the
+  speed the machine is usually at (a machine that switches between speed states has its
+  windows held to that one: ``time_steps``).
 
 Importing this package imports no torch. Its modules: :mod:`~cubicml_lab.hardware.machine`,
 :mod:`~cubicml_lab.hardware.gpu` and :mod:`~cubicml_lab.hardware.contention`.

@@ -6,10 +6,12 @@ no torch.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from ..errors import MeasurementError
 from .machine import cpu_model, locked_json_cache
@@ -257,7 +259,7 @@ class ReferenceWork(_Gauge):
 
 class StepReference(_Gauge):
     """A workload's own drift reference: the training step of a fixed small configuration of it
-    (:attr:`~cubicml_lab.workloads.Workload.drift_reference`), sampled like
+    (one of :attr:`~cubicml_lab.workloads.Workload.drift_references`), sampled like
     :class:`ReferenceWork` between a trial's windows.
 
     A matmul-bound MLP does not feel what slows every workload: on a 2-core VM (2026-11-27, 5
@@ -267,7 +269,9 @@ class StepReference(_Gauge):
     to 0.32 over 30 rounds of windows, 0.64-0.88 with the small dlrm), but 2.5-5.7% (median
     4.6%) over a dlrm of 256 samples and 1,000 rows per table, whose drift they followed with a
     slope of 0.7-1.2. gpt's configurations kept the MLP (3.0-4.3% over it, 4.8-6.7% over a
-    one-layer gpt).
+    one-layer gpt). Where a workload names several (dlrm: a small and a large table size,
+    :meth:`~cubicml_lab.workloads.DLRMWorkload.drift_reference_for`), their nominals are
+    measured together (:func:`establish_reference_scale` with ``gauges``).
 
     Args:
         step: Runs one step of the reference configuration.
@@ -334,15 +338,20 @@ def reference_nominal(speed: float, threads: int, record: bool = False,
         return float(entry["steps_per_s"])
 
 
-def _kept_nominal(cache: dict, threads: int, rows: int) -> float | None:
+def _kept_nominal(cache: dict, threads: int, rows: int | str) -> float | None:
     entry = cache.get(_key(threads, rows))
     speed = entry.get("steps_per_s") if isinstance(entry, dict) else None
     return float(speed) if isinstance(speed, (int, float)) and speed > 0 else None
 
 
-def establish_reference_scale(threads: int, rounds: int = 7) -> dict[int, float]:
-    """The nominal speeds of every :data:`REFERENCE_ROWS` size at ``threads`` (torch's current
-    thread count must be ``threads``), measured together where any is missing.
+def establish_reference_scale(threads: int, rounds: int = 7,
+                              gauges: Mapping[int | str, Callable[[], Any]] | None = None
+                              ) -> dict[int | str, float]:
+    """The nominal speeds of every reference of one scale at ``threads`` (torch's current
+    thread count must be ``threads``), measured together where any is missing: by default the
+    :data:`REFERENCE_ROWS` sizes of :class:`ReferenceWork`; ``gauges``: another set, by the
+    key of each one's nominal (a size, or a :class:`StepReference`'s name), each a function
+    that builds it (called only when one is missing).
 
     Trials correct their figures each over the reference of their own size, so the sizes'
     nominals must describe one machine state, or the configurations that use one size would be
@@ -352,24 +361,27 @@ def establish_reference_scale(threads: int, rounds: int = 7) -> dict[int, float]
     sizes that have one (geometric mean), or taken as measured when none has.
 
     Returns:
-        ``{rows: nominal steps/s}`` for every size.
+        ``{size or name: nominal steps/s}`` for every one.
     """
+    if gauges is None:
+        gauges = {r: functools.partial(ReferenceWork, rows=r) for r in REFERENCE_ROWS}
+    names = list(gauges)
     with locked_json_cache("reference.json") as cache:
-        kept = {r: _kept_nominal(cache, threads, r) for r in REFERENCE_ROWS}
+        kept = {r: _kept_nominal(cache, threads, r) for r in names}
     if all(v is not None for v in kept.values()):
         return {r: float(v) for r, v in kept.items() if v is not None}
-    works = {r: ReferenceWork(rows=r) for r in REFERENCE_ROWS}
-    samples: dict[int, list[float]] = {r: [] for r in REFERENCE_ROWS}
+    works = {r: gauges[r]() for r in names}
+    samples: dict[int | str, list[float]] = {r: [] for r in names}
     for _ in range(rounds):
         for r, work in works.items():
             samples[r].append(work.sample())
     now = {r: 1.0 / sorted(x)[len(x) // 2] for r, x in samples.items()}
     with locked_json_cache("reference.json") as cache:  # another process may have won the race
-        kept = {r: _kept_nominal(cache, threads, r) for r in REFERENCE_ROWS}
+        kept = {r: _kept_nominal(cache, threads, r) for r in names}
         have = [math.log(v / now[r]) for r, v in kept.items() if v is not None]
         shift = math.exp(sum(have) / len(have)) if have else 1.0
         out = {}
-        for r in REFERENCE_ROWS:
+        for r in names:
             if kept[r] is None:
                 entry = cache.get(_key(threads, r))
                 entry = entry if isinstance(entry, dict) else {}

@@ -149,13 +149,21 @@ class Workload(ABC):
     name: str = ""
     version: str = ""
     units: str = "samples"  #: "tokens" or "samples"
-    #: A fixed small configuration of this workload whose step is the CPU drift reference of its
-    #: trials (:class:`~cubicml_lab.hardware.StepReference`), for a workload that the default
+    #: Fixed small configurations of this workload whose steps are the CPU drift references of
+    #: its trials (:class:`~cubicml_lab.hardware.StepReference`), for a workload that the default
     #: reference, a matmul-bound MLP sized to the trial's rows per matmul
-    #: (:class:`~cubicml_lab.hardware.ReferenceWork`), does not follow; ``None``: that MLP.
-    #: Choose by measuring (``benchmarks/measure_repeatability.py``): the reference that the
-    #: trials' figures spread least over across fresh processes.
-    drift_reference: Mapping[str, Any] | None = None
+    #: (:class:`~cubicml_lab.hardware.ReferenceWork`), does not follow; empty: that MLP. Where
+    #: there are several, their nominal speeds are measured together (one scale) and
+    #: :meth:`drift_reference_for` picks a trial's. Choose by measuring
+    #: (``benchmarks/measure_repeatability.py``): the reference that the trials' figures spread
+    #: least over across fresh processes.
+    drift_references: tuple[Mapping[str, Any], ...] = ()
+
+    def drift_reference_for(self, config: Mapping[str, Any]) -> Mapping[str, Any] | None:
+        """The one of :attr:`drift_references` that gauges a trial of ``config`` (resolved):
+        the first; ``None`` where there is none (the MLP). A workload with several overrides
+        this."""
+        return self.drift_references[0] if self.drift_references else None
 
     @abstractmethod
     def knobs(self) -> dict[str, Knob]:

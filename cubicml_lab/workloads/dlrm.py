@@ -38,6 +38,7 @@ Importing this module imports no torch; :meth:`DLRMWorkload.build` does.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from functools import lru_cache
 from typing import Any
@@ -212,10 +213,38 @@ class DLRMWorkload(Workload):
     name = "dlrm"
     version = "1"
     units = "samples"
-    #: Its trials' CPU drift reference: a dlrm of 256 samples and 1,000 rows per table (about
-    #: 13 ms a step on a 2-core VM). Its drift is theirs, where the MLP's is not
-    #: (:class:`~cubicml_lab.hardware.StepReference` has the measurement).
-    drift_reference = {"batch_size": 256, "rows": 1000}
+    #: Its trials' CPU drift references: dlrm steps of 256 samples with 1,000 and 20,000 rows
+    #: per table (about 13 and 30 ms a step on a 2-core VM), on one scale. A trial is gauged by
+    #: the one whose mix of memory and compute is nearest its own (:meth:`drift_reference_for`):
+    #: how a step slows as the machine drifts depends on how much of it streams the tables
+    #: through the optimizer (dense gradients update every row every step) rather than
+    #: multiplies, and a cache-sized reference does not feel what slows a memory-bound step. On
+    #: that VM (2026-11-28, 4-6 fresh processes each, alternating between the two references,
+    #: raw figures spreading 10-29%), the drift-corrected figures of the configurations the rule
+    #: sends to the large one spread 2.8%, 2.4% and 1.1% over it against 5.4%, 8.6% and 13.5%
+    #: over the small one (batch 1,024 and 512 of the default tables, batch 2,048 of 80,000 rows
+    #: a table), and of those it sends to the small one 2.2% and 6.9% over it against 9.6% and
+    #: 18.4% over the large one (sparse gradients with SGD at batch 4,096; 16 tables at 8,192).
+    #: A matmul-bound MLP does not follow dlrm at all
+    #: (:class:`~cubicml_lab.hardware.StepReference`).
+    drift_references = ({"batch_size": 256, "rows": 1000}, {"batch_size": 256, "rows": 20000})
+
+    def drift_reference_for(self, config: Mapping[str, Any]) -> Mapping[str, Any]:
+        """The drift reference whose optimizer updates per FLOP (:func:`cost_terms`: table
+        elements updated per sample over matmul FLOPs per sample) are nearest, in log, to
+        ``config``'s: the tables' memory traffic against the MLPs' arithmetic.
+
+        Example:
+            >>> w = DLRMWorkload()
+            >>> [w.drift_reference_for(w.resolve({"batch_size": b}))["rows"] for b in (512, 4096)]
+            [20000, 1000]
+        """
+        def mix(cfg: Mapping[str, Any]) -> float:
+            flops, _, updates, _ = cost_terms(cfg)
+            return math.log(updates / flops)
+
+        own = mix(self.resolve(config))
+        return min(self.drift_references, key=lambda ref: abs(mix(self.resolve(ref)) - own))
 
     def knobs(self) -> dict[str, Knob]:
         return dict(KNOBS)
