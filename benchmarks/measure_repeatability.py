@@ -131,6 +131,17 @@ mb32)**, the bf16 configuration 16.9 s in one process (44.1 s in two before); 1 
 tokens/s in both arms, one after the other, the others at 878-910, with a reference (fp32)
 that did not move with it.
 
+Once dlrm trials were gauged by one of two references (1,000 or 20,000 rows a table, whichever
+is nearer their mix of table updates and FLOPs), 2026-11-28 00:09-00:46 UTC, on the same VM
+while its host took a large share of the CPUs in bursts (the guard re-timed a median of 27-32
+windows a trial, the largest steal of a window was a median 15-21% over trials, up to 40%; raw
+figures spread a median 11.9-14.1%; ``--processes 1 2``): 1 process, median spread of the stored
+figure 5.0%, 4 of 10 within 3%, 19.8 s per measurement (max 26.8), 7 of 50 flagged; 2
+processes, 6.0%, 1 of 10, 23.8 s (max 29.4), 10 of 50 flagged. dlrm's batch of 1,024, now over
+the large reference, spread 1.7% and 4.4% (9.8% the run before over the small one). The summary
+now prints how busy the machine was (windows re-timed, steal), so that a run on a VM whose host
+is busy can be told from one on an idle machine.
+
 ``--compare-wait`` measures each workload's first configuration under several OpenMP wait
 settings, idle and beside one busy process per core (guard off), to see what each costs idle
 and how gracefully each degrades.
@@ -345,6 +356,11 @@ def report_idle(names: list[str], configs: dict[str, list[dict[str, Any]]],
           f"{statistics.mean(secs):.1f} s per "
           f"measurement (max {max(secs):.1f}); flagged {sum(x['contended'] == 1 for x in rows)}"
           f"/{len(rows)}")
+    steal = [x["cpu_steal"] for x in rows if math.isfinite(x.get("cpu_steal", math.nan))]
+    print(f"how busy the machine was: windows re-timed by the guard, median "
+          f"{median([x['contended_windows'] for x in rows]):.0f} a trial; the largest share of a "
+          f"window the VM's host took (steal), median over trials "
+          + (f"{100 * median(steal):.1f}%, max {100 * max(steal):.1f}%" if steal else "n/a"))
     gated = [x for x in rows if x.get("drift_gated") == 1]
     if not any(math.isfinite(x.get("reference_speed", math.nan)) for x in rows):
         print("speed-state gate and drift correction: off (no reference workload measured: a "

@@ -397,7 +397,9 @@ def test_timing_stops_waiting_for_the_usual_speed_after_its_budget() -> None:
     t = time_steps(machine.step, options=opts, reference=machine.reference,
                    reference_usual=0.001)
     assert time.perf_counter() - t0 < 2.0
-    assert not t.drift_gated and t.offstate_s > 0.1 and t.offstate_windows >= 1
+    # it waited about its budget (0.1 s of the timed phase, which the reference samples before
+    # the first window open: the set-aside seconds alone may fall a few ms short of it)
+    assert not t.drift_gated and t.offstate_s > 0.09 and t.offstate_windows >= 1
     assert t.steps_timed == 10 and min(t.step_times_s) > 0.0027  # kept, as measured
     assert t.reference_times_s and min(t.reference_times_s) == 0.00125
     # a tolerance of 0 turns the gate off
