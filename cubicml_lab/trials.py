@@ -356,6 +356,14 @@ def _build_and_time(workload: Any, config: dict[str, Any], options: Any, device:
     """Build the job, time it in steady state, and summarise: ``(status, metrics, error)``.
 
     ``hardware`` gains the parallel layout and, on CUDA, the telemetry of the timed windows.
+    On CPU the peak memory is the process's high-water resident size less what building the
+    drift reference added to it (``hardware["drift_reference_gib"]``: its model and optimizer
+    state, about 39 MiB for dlrm's larger one), measured once the references' scale is known
+    (:func:`~cubicml_lab.hardware.establish_reference_scale`, before the peak-memory period).
+    Its gradients, allocated by its first step, still count where the trial's own steps do not
+    reuse their memory (up to 20 MiB for dlrm's larger one): taken together with that step,
+    they could not be told from what any process's first backward pass allocates (about 50
+    MiB, which subtracting it would have taken from every trial's figure).
     Exceptions propagate to :func:`run_trial`, which turns them into a result.
     """
     import torch
@@ -367,6 +375,7 @@ def _build_and_time(workload: Any, config: dict[str, Any], options: Any, device:
         reference_nominal,
         reference_rows,
         reference_usual,
+        resident_gib,
     )
     from .timing import (
         device_peak_flops,
@@ -379,6 +388,16 @@ def _build_and_time(workload: Any, config: dict[str, Any], options: Any, device:
     )
 
     peak_flops = device_peak_flops(device, config.get("precision", "fp32"))
+    if not device.startswith("cuda") and options.reference_share > 0:
+        # the nominal speeds of the references this trial's shares a scale with, where any is
+        # missing (once per machine and thread count), before the trial's peak memory period
+        threads = torch.get_num_threads()
+        if workload.drift_reference_for(config) is None:
+            establish_reference_scale(threads)  # the MLP's sizes
+        elif len(workload.drift_references) > 1:
+            establish_reference_scale(threads, gauges={
+                _reference_name(workload, c): functools.partial(_step_reference, workload, c)
+                for c in workload.drift_references})
     reset_peak_memory(device)
     built = workload.build(config, device, world)
     hardware["parallel"] = dict(built.parallel)
@@ -390,16 +409,16 @@ def _build_and_time(workload: Any, config: dict[str, Any], options: Any, device:
     telemetry = GpuTelemetry(device) if device.startswith("cuda") else contextlib.nullcontext()
     with telemetry:
         rows = reference_rows(built.matmul_rows)
+        before_gib = resident_gib()
         guard, reference = _guard_and_reference(device, options, telemetry, rows, workload,
                                                 config)
+        # the reference's own memory (its model and optimizer state), left out of the trial's
+        reference_gib = max(0.0, resident_gib() - before_gib) if reference is not None else 0.0
+        reference_gib = reference_gib if math.isfinite(reference_gib) else 0.0
+        if reference is not None:
+            hardware["drift_reference_gib"] = round(reference_gib, 4)
         threads = torch.get_num_threads()
         scale = reference.name if reference is not None else rows  # its nominal's key
-        if reference is not None and not isinstance(scale, str):
-            establish_reference_scale(threads)  # once per machine and thread count
-        elif reference is not None and len(workload.drift_references) > 1:
-            establish_reference_scale(threads, gauges={  # the workload's own, on one scale
-                _reference_name(workload, c): functools.partial(_step_reference, workload, c)
-                for c in workload.drift_references})
         usual = (reference_usual(threads, options.drift_tol, scale)
                  if reference is not None and options.drift_tol > 0 else None)
         hardware["contention_guard"] = (type(guard).__name__ if guard is not None and
@@ -426,7 +445,7 @@ def _build_and_time(workload: Any, config: dict[str, Any], options: Any, device:
     metrics = summarize(timing, built.units_per_step, built.flops_per_step, peak_flops,
                         built.n_devices, units=workload.units, reference_nominal=nominal,
                         drift_corrected=_corrects(reference, built.precision))
-    metrics.update(peak_mem_gib=world.max(peak_memory_gib(device)), loss=loss,
+    metrics.update(peak_mem_gib=world.max(peak_memory_gib(device) - reference_gib), loss=loss,
                    model_params=float(built.model_params),
                    reference_rows=(float(rows) if isinstance(reference, ReferenceWork)
                                    else math.nan))

@@ -233,6 +233,32 @@ def test_a_workload_that_names_its_references_is_corrected_by_the_nearest(tmp_pa
     assert rows in REFERENCE_ROWS and gpt.hardware["drift_reference"] == f"mlp rows={rows:.0f}"
 
 
+def test_a_reference_s_memory_is_not_counted_in_the_trial_s_peak(tmp_path) -> None:
+    """A dlrm trial gauged by the large reference (20,000 rows in each of 8 tables: about 39 MiB
+    of tables and optimizer state, 20 MiB of gradients) reports about the peak memory it reports
+    with no reference at all: what building the reference added is left out, and said; only its
+    gradients still count (the trial's own are smaller). (The first trial on a machine also
+    measures the references' scale, before its peak-memory period, which leaves some of that
+    memory resident: that trial is not compared.)"""
+    from cubicml_lab.launch import Subprocess
+
+    wide = {"batch_size": 64, "num_tables": 2, "rows": 20000}
+    env = {"CUBICML_LAB_CACHE_DIR": str(tmp_path)}
+    peaks = {}
+    for share in (0.1, 0.1, 0.0):
+        res = Subprocess(timeout_s=120, env=env).run({
+            "workload": "dlrm", "config": wide,
+            "measure": {"max_time_s": 1.0, "warmup_max_s": 1.0, "reference_share": share}})
+        assert res.status == "ok", res.error
+        peaks[share] = res.metrics["peak_mem_gib"] * 1024
+        if share:
+            assert res.hardware["drift_reference"] == "dlrm v1 batch_size=256,rows=20000"
+            assert 25 < res.hardware["drift_reference_gib"] * 1024 < 80
+        else:
+            assert "drift_reference_gib" not in res.hardware
+    assert abs(peaks[0.1] - peaks[0.0]) < 30, peaks  # MiB; counted, it would add about 60
+
+
 def test_named_references_share_one_scale_measured_together(tmp_path, monkeypatch) -> None:
     """``establish_reference_scale`` with named gauges builds and samples them only when one is
     missing, keeps the ones it has, and moves a missing one onto their scale."""

@@ -5,7 +5,7 @@
 * :class:`GpuTelemetry`: samples SM clock, power draw and throttle reasons of a CUDA device in a
   background thread while steps are timed (read-only: the device's settings are never changed).
 * :func:`peak_memory_gib` / :func:`reset_peak_memory`: CUDA allocator statistics, or the
-  process's high-water resident set size on CPU.
+  process's high-water resident set size on CPU (:func:`resident_gib`: the resident size now).
 * :func:`tune_cpu_allocator`: keeps glibc's malloc from returning training-step buffers to the
   kernel, so CPU step times measure the model rather than page faults.
 * :func:`device_peak_flops`: a datasheet table for A100/H100/H200 by precision; on CPU a matmul
@@ -50,6 +50,7 @@ from .machine import (
     host_record,
     locked_json_cache,
     peak_memory_gib,
+    resident_gib,
     reset_peak_memory,
     tune_cpu_allocator,
 )
@@ -58,5 +59,5 @@ __all__ = ["CpuContention", "GpuTelemetry", "ReferenceWork", "StepReference", "T
            "default_device", "device_peak_flops", "establish_reference_scale", "hardware_info",
            "host_record", "locked_json_cache", "MAX_CPU_WAIT",
            "parse_smi_sample", "peak_memory_gib", "REFERENCE_ROWS", "reference_nominal",
-           "reference_rows", "reference_usual", "usual_speed", "reset_peak_memory",
+           "resident_gib", "reference_rows", "reference_usual", "usual_speed", "reset_peak_memory",
            "summarize_telemetry", "tune_cpu_allocator", "cpu_model"]

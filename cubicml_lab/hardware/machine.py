@@ -5,6 +5,7 @@ a locked JSON cache for figures measured once per machine. Importing it imports 
 from __future__ import annotations
 
 import json
+import math
 import os
 import platform
 import socket
@@ -20,7 +21,7 @@ from ..errors import MeasurementError
 
 __all__ = ["address_layout", "cpu_model", "default_device", "device_peak_flops", "hardware_info",
            "host_record", "locked_json_cache", "peak_memory_gib", "reset_peak_memory",
-           "tune_cpu_allocator"]
+           "resident_gib", "tune_cpu_allocator"]
 
 
 def peak_memory_gib(device: str = "cpu") -> float:
@@ -38,6 +39,16 @@ def peak_memory_gib(device: str = "cpu") -> float:
 
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return rss / 2**30 if sys.platform == "darwin" else rss / 2**20
+
+
+def resident_gib() -> float:
+    """This process's resident set size now, in GiB (``/proc/self/statm``); NaN where it
+    cannot be read (not Linux)."""
+    try:
+        pages = int(Path("/proc/self/statm").read_text().split()[1])
+    except (OSError, IndexError, ValueError):
+        return math.nan
+    return pages * os.sysconf("SC_PAGE_SIZE") / 2**30
 
 
 def reset_peak_memory(device: str = "cpu") -> bool:
