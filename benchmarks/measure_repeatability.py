@@ -140,7 +140,11 @@ figure 5.0%, 4 of 10 within 3%, 19.8 s per measurement (max 26.8), 7 of 50 flagg
 processes, 6.0%, 1 of 10, 23.8 s (max 29.4), 10 of 50 flagged. dlrm's batch of 1,024, now over
 the large reference, spread 1.7% and 4.4% (9.8% the run before over the small one). The summary
 now prints how busy the machine was (windows re-timed, steal), so that a run on a VM whose host
-is busy can be told from one on an idle machine.
+is busy can be told from one on an idle machine. dlrm alone right after (``--workloads dlrm``,
+01:07-01:16 UTC), the host taking a quarter of the CPUs' time over seconds (steal, from
+``/proc/stat``) and up to 38% of a window: 6 of 25 trials flagged (steps 143-206 ms where
+their configurations' clean ones took 56-58 and 162 ms), median spread of the others 6.1%
+(raw 14.8%), 17.8 s per measurement (max 24.4), the batch of 1,024 3.7%, none within 3%.
 
 ``--compare-wait`` measures each workload's first configuration under several OpenMP wait
 settings, idle and beside one busy process per core (guard off), to see what each costs idle

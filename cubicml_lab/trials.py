@@ -389,8 +389,8 @@ def _build_and_time(workload: Any, config: dict[str, Any], options: Any, device:
 
     peak_flops = device_peak_flops(device, config.get("precision", "fp32"))
     if not device.startswith("cuda") and options.reference_share > 0:
-        # the nominal speeds of the references this trial's shares a scale with, where any is
-        # missing (once per machine and thread count), before the trial's peak memory period
+        # the nominal speeds of every reference on this trial's reference's scale, where any is
+        # missing (once per machine and thread count), before the trial's peak-memory period
         threads = torch.get_num_threads()
         if workload.drift_reference_for(config) is None:
             establish_reference_scale(threads)  # the MLP's sizes
@@ -412,7 +412,7 @@ def _build_and_time(workload: Any, config: dict[str, Any], options: Any, device:
         before_gib = resident_gib()
         guard, reference = _guard_and_reference(device, options, telemetry, rows, workload,
                                                 config)
-        # the reference's own memory (its model and optimizer state), left out of the trial's
+        # the reference's own memory (its model and optimizer state), left out of the peak
         reference_gib = max(0.0, resident_gib() - before_gib) if reference is not None else 0.0
         reference_gib = reference_gib if math.isfinite(reference_gib) else 0.0
         if reference is not None:
