@@ -225,6 +225,10 @@ class DLRMWorkload(Workload):
     #: over the small one (batch 1,024 and 512 of the default tables, batch 2,048 of 80,000 rows
     #: a table), and of those it sends to the small one 2.2% and 6.9% over it against 9.6% and
     #: 18.4% over the large one (sparse gradients with SGD at batch 4,096; 16 tables at 8,192).
+    #: Over three such runs (``benchmarks/dlrm_reference_ab.py``) the picked one spread least in
+    #: 9 of 11 configuration-runs: by far for those sent to the small one, by less and not
+    #: every time for those sent to the large one (5.0% against 4.9%, 2.8% against 0.5% in a
+    #: run of 3 repeats; 4.7% against 12.1%, 4.2% against 11.2% in one of 5).
     #: A matmul-bound MLP does not follow dlrm at all
     #: (:class:`~cubicml_lab.hardware.StepReference`).
     drift_references = ({"batch_size": 256, "rows": 1000}, {"batch_size": 256, "rows": 20000})
