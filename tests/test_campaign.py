@@ -43,7 +43,10 @@ def test_real_six_trial_campaign_end_to_end(gpt_space, tmp_path):
     tokens = df["micro_batch"] * 32
     assert ((df["tokens_per_s"] * df["step_time_s"] / tokens - 1).abs() < 1e-6).all()
     best_cfg, best_value = camp.best()
-    assert best_value == df["throughput"].max()
+    # the best unflagged trial: one the guard flagged (measured beside other work, as on a VM
+    # whose host takes its CPUs) is not taken as the best while a clean one exists
+    flagged = df["contended"].fillna(0) > 0 if "contended" in df else df["throughput"] < 0
+    assert best_value == df.loc[~flagged if (~flagged).any() else df.index, "throughput"].max()
     store.close()
     # the file on disk holds the same, for a fresh reader
     with cml.TrialStore(path) as again:
