@@ -285,11 +285,12 @@ def _omp_env() -> str:
 
 
 def _guard_and_reference(device: str, options: Any, telemetry: Any, rows: int,
-                         workload: Any, config: dict[str, Any]) -> tuple[Any, Any]:
-    """The contention guard and drift reference of a trial of ``config`` on ``device``: on CPU
-    the run-queue wait of the trial's threads and, at the trial's thread count, the workload's
-    own :class:`~cubicml_lab.hardware.StepReference` where it names any
-    (``workload.drift_reference_for(config)``), else a
+                         workload: Any, ref_config: Mapping[str, Any] | None
+                         ) -> tuple[Any, Any]:
+    """The contention guard and drift reference of a trial on ``device``: on CPU the run-queue
+    wait of the trial's threads and, at the trial's thread count, the workload's own
+    :class:`~cubicml_lab.hardware.StepReference` at ``ref_config`` (the one
+    ``workload.drift_reference_for`` picked for the trial), or with ``None`` a
     :class:`~cubicml_lab.hardware.ReferenceWork` of ``rows``; on CUDA the throttle reasons
     :class:`GpuTelemetry` sees (no reference: a CPU workload says nothing of a GPU's speed).
     No CPU guard when the trial's own threads (all local ranks') outnumber its cores: their
@@ -314,7 +315,6 @@ def _guard_and_reference(device: str, options: Any, telemetry: Any, rows: int,
         guard = None
     if options.reference_share <= 0:
         return guard, None
-    ref_config = workload.drift_reference_for(config)
     if ref_config is None:
         return guard, ReferenceWork(rows=rows)
     return guard, _step_reference(workload, ref_config)
@@ -388,11 +388,12 @@ def _build_and_time(workload: Any, config: dict[str, Any], options: Any, device:
     )
 
     peak_flops = device_peak_flops(device, config.get("precision", "fp32"))
+    threads = torch.get_num_threads()
+    ref_config = workload.drift_reference_for(config)  # None: the MLP
     if not device.startswith("cuda") and options.reference_share > 0:
         # the nominal speeds of every reference on this trial's reference's scale, where any is
         # missing (once per machine and thread count), before the trial's peak-memory period
-        threads = torch.get_num_threads()
-        if workload.drift_reference_for(config) is None:
+        if ref_config is None:
             establish_reference_scale(threads)  # the MLP's sizes
         elif len(workload.drift_references) > 1:
             establish_reference_scale(threads, gauges={
@@ -411,13 +412,12 @@ def _build_and_time(workload: Any, config: dict[str, Any], options: Any, device:
         rows = reference_rows(built.matmul_rows)
         before_gib = resident_gib()
         guard, reference = _guard_and_reference(device, options, telemetry, rows, workload,
-                                                config)
+                                                ref_config)
         # the reference's own memory (its model and optimizer state), left out of the peak
         reference_gib = max(0.0, resident_gib() - before_gib) if reference is not None else 0.0
         reference_gib = reference_gib if math.isfinite(reference_gib) else 0.0
         if reference is not None:
             hardware["drift_reference_gib"] = round(reference_gib, 4)
-        threads = torch.get_num_threads()
         scale = reference.name if reference is not None else rows  # its nominal's key
         usual = (reference_usual(threads, options.drift_tol, scale)
                  if reference is not None and options.drift_tol > 0 else None)
