@@ -281,6 +281,7 @@ def measure_all(names: list[str], configs: dict[str, list[dict[str, Any]]], args
         rows.append({"workload": name, "config": i, "knobs": configs[name][i], "repeat": r,
                      "processes": arm, "status": res.status,
                      "secs": time.perf_counter() - t0, "started": started, "ended": time.time(),
+                     "each_process": hw.get("processes"),
                      **{k: m.get(k, math.nan) for k in (
                          "step_time_s", "throughput", "throughput_raw", "throughput_rel",
                          "throughput_corrected",

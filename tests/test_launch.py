@@ -791,7 +791,8 @@ def test_by_default_a_trial_keeps_its_fastest_process() -> None:
     assert m["steps_timed"] == 20.0 and m["peak_mem_gib"] == 2.0  # over every process
     assert m["process_spread"] == pytest.approx(0.1)
     assert [p["kept"] for p in out.hardware["processes"]] == [False, True]
-    assert [p["throughput_rel_ci"] for p in out.hardware["processes"]] == [0.05, 0.01]
+    assert [(p["throughput_rel_ci"], p["throughput_raw"], p["contended"])
+            for p in out.hardware["processes"]] == [(0.05, 80.0, 1.0), (0.01, 95.0, 0.0)]
     launcher = Repeated(processes=2)
     assert launcher.keep == "fastest" and "keep='fastest'" in repr(launcher)
     back = launcher_from_dict(Repeated(processes=3, keep="median").describe())

@@ -45,7 +45,7 @@ process: counts and seconds are summed and peak memory is the largest. A relativ
 kept process's (``"fastest"``) or that of the mean of all of them (``"median"``:
 ``sqrt(sum ci^2) / n``; the median's precision is about the mean's). ``process_spread`` is
 (max - min) / the combined ``throughput``, and ``hardware["processes"]`` lists each process's
-figure, its CI, pid and whether it was kept.
+figure, its CI, raw figure, reference speed, contention flag, pid and whether it was kept.
 A process that does not finish ok (OOM, crash, timeout) ends the trial there with its status
 and error: a configuration that fails in one process of two is not a configuration to trust.
 A trial whose steps are too long for its budget to be split (a process's ``min_steps`` alone
@@ -82,6 +82,10 @@ _SUMMED = frozenset({"steps_timed", "windows", "contended_windows", "offstate_wi
 _LARGEST = frozenset({"peak_mem_gib", "contended", "cpu_wait", "others_cpu", "cpu_steal",
                       "step_time_rel_spread", "reference_rel_spread"})
 _SMALLEST = frozenset({"target_met"})
+#: What ``hardware["processes"]`` keeps of each process's metrics (those it has): its figure
+#: and CI, and what tells a disturbed process from a steady one (its raw figure, reference
+#: speed, contention flag)
+_EACH = ("throughput", "throughput_rel_ci", "throughput_raw", "reference_speed", "contended")
 
 
 class Repeated(Launcher):
@@ -271,8 +275,7 @@ def combine(results: list[TrialResult], records: list[dict[str, Any]] | None = N
     first = results[0]
     records = list(records or [])
     hardware = {**first.hardware, "processes": [
-        {"throughput": r.metrics.get("throughput"),
-         "throughput_rel_ci": r.metrics.get("throughput_rel_ci"), "wall_s": r.wall_s,
+        {**{k: r.metrics.get(k) for k in _EACH if k in r.metrics}, "wall_s": r.wall_s,
          "kept": i in kept,
          **({k: records[i].get(k) for k in ("pid", "start")} if i < len(records) else {})}
         for i, r in enumerate(results)]}
