@@ -156,6 +156,12 @@ class TrialResult:
         if is_contended(m):
             facts.append(("contended", f"yes: {_windows(m.get('contended_windows'))} shared "
                                        "the CPU; the figures are not to be trusted"))
+        drift = _drift_fact(m)
+        if drift:
+            facts.append(("drift", drift))
+        each = self.hardware.get("processes")
+        if isinstance(each, list) and len(each) > 1:
+            facts.append(("processes", _processes_fact(each)))
         if self.config:
             facts.append(("config", ", ".join(f"{k}={v}" for k, v in self.config.items())))
         facts.append(("wall_s", round(self.wall_s, 2)))
@@ -453,6 +459,34 @@ def _build_and_time(workload: Any, config: dict[str, Any], options: Any, device:
         hardware["drift_reference"] = (f"mlp rows={rows}" if isinstance(reference, ReferenceWork)
                                        else reference.name)
     return "ok", metrics, None
+
+
+def _finite(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0
+
+
+def _drift_fact(m: Mapping[str, Any]) -> str | None:
+    """How a drift-corrected figure came from the raw one, for a person; None where the figure
+    is raw."""
+    raw, figure = m.get("throughput_raw"), m.get("throughput")
+    if m.get("drift_corrected") != 1.0 or not (_finite(raw) and _finite(figure)):
+        return None
+    from .timing.figures import DRIFT_EXPONENT
+
+    ref = (raw / figure) ** (1.0 / DRIFT_EXPONENT)  # reference speed over its nominal
+    return (f"corrected x{figure / raw:.2f} from the raw {raw:,.0f}/s: the drift reference "
+            f"ran at {100 * ref:.0f}% of the machine's nominal speed")
+
+
+def _processes_fact(each: list[Any]) -> str:
+    """A repeated trial's processes, for a person: each one's figure, how far apart, which kept."""
+    figs = [p.get("throughput") if isinstance(p, Mapping) else None for p in each]
+    shown = ", ".join((f"{x:,.0f}" if _finite(x) else "?")
+                      + (" (kept)" if isinstance(p, Mapping) and p.get("kept") else "")
+                      for x, p in zip(figs, each))
+    ok = [x for x in figs if _finite(x)]
+    apart = (f"; {100 * (max(ok) - min(ok)) / min(ok):.1f}% apart" if len(ok) > 1 else "")
+    return f"{len(each)} fresh processes: {shown}{apart}"
 
 
 def _windows(n: Any) -> str:

@@ -120,6 +120,20 @@ def test_trial_result_shows_itself():
     flagged = TrialResult(status="ok", metrics={**one.metrics, "contended": 1.0,
                                                 "contended_windows": 1.0}, hardware={})
     assert "contended: yes: 1 window shared the CPU" in str(flagged)
+    assert "drift" not in str(flagged) and "processes" not in str(flagged)
+    # a drift-corrected figure says how it came from the raw one; a repeated trial shows each
+    # of its processes and which one it kept
+    both = TrialResult(status="ok", hardware={"processes": [
+        {"throughput": 8000.0, "kept": False}, {"throughput": 8400.0, "kept": True}]},
+        metrics={"tokens_per_s": 8400.0, "throughput": 8400.0, "throughput_raw": 6000.0,
+                 "drift_corrected": 1.0})
+    assert ("drift: corrected x1.40 from the raw 6,000/s: the drift reference ran at 71% of "
+            "the machine's nominal speed") in str(both)
+    assert "processes: 2 fresh processes: 8,000, 8,400 (kept); 5.0% apart" in str(both)
+    assert "8,400 (kept)" in both._repr_html_()
+    raw = TrialResult(status="ok", metrics={**both.metrics, "drift_corrected": 0.0},
+                      hardware={"processes": [{"throughput": 8400.0, "kept": True}]})
+    assert "drift" not in str(raw) and "processes" not in str(raw)
     bad = TrialResult(status="oom", metrics={}, hardware={}, error="Traceback\nMemoryError: <x>")
     assert "MemoryError: &lt;x&gt;" in bad._repr_html_() and "error: MemoryError" in str(bad)
 
