@@ -144,30 +144,8 @@ class TrialResult:
         return cls(**kw)
 
     def _facts(self) -> list[tuple[str, Any]]:
-        m = self.metrics
-        facts: list[tuple[str, Any]] = [("status", self.status)]
-        for key in ("tokens_per_s", "samples_per_s", "throughput_rel_ci", "step_time_s",
-                    "step_time_rel_ci", "peak_mem_gib", "achieved_tflops", "mfu"):
-            if key in m:
-                unknown = (key.endswith("_rel_ci") and isinstance(m[key], (int, float))
-                           and not math.isfinite(m[key]))
-                facts.append((key, f"unknown ({_windows(m.get('windows'))}: too few for a CI)"
-                              if unknown else m[key]))
-        if is_contended(m):
-            facts.append(("contended", f"yes: {_windows(m.get('contended_windows'))} shared "
-                                       "the CPU; the figures are not to be trusted"))
-        drift = _drift_fact(m)
-        if drift:
-            facts.append(("drift", drift))
-        each = self.hardware.get("processes")
-        if isinstance(each, list) and len(each) > 1:
-            facts.append(("processes", _processes_fact(each)))
-        if self.config:
-            facts.append(("config", ", ".join(f"{k}={v}" for k, v in self.config.items())))
-        facts.append(("wall_s", round(self.wall_s, 2)))
-        if self.error:
-            facts.append(("error", self.error.strip().splitlines()[-1][:200]))
-        return facts
+        return trial_facts(self.status, self.metrics, self.hardware, self.config, self.error,
+                           wall_s=self.wall_s)
 
     def __str__(self) -> str:
         head = f"TrialResult {self.workload}".rstrip()
@@ -227,6 +205,20 @@ class Trial:
         if self.started_at is None or self.ended_at is None:
             return None
         return self.ended_at - self.started_at
+
+    def _facts(self) -> list[tuple[str, Any]]:
+        return trial_facts(self.status, self.metrics, self.hardware, self.config, self.error,
+                           duration_s=self.duration_s)
+
+    def __str__(self) -> str:
+        head = f"Trial {self.id} of {self.campaign!r} · {self.workload}".rstrip(" ·")
+        return head + "\n" + "\n".join(f"  {k}: {v}" for k, v in self._facts())
+
+    def _repr_html_(self) -> str:
+        from ._html import card
+
+        return card(f"Trial {self.id} · {self.campaign} · {self.workload}", self._facts(),
+                    note="all metrics: trial.metrics; the machine: trial.hardware")
 
 
 def failure_result(spec: Mapping[str, Any], status: str, error: str, *, wall_s: float = 0.0,
@@ -459,6 +451,40 @@ def _build_and_time(workload: Any, config: dict[str, Any], options: Any, device:
         hardware["drift_reference"] = (f"mlp rows={rows}" if isinstance(reference, ReferenceWork)
                                        else reference.name)
     return "ok", metrics, None
+
+
+def trial_facts(status: str, metrics: Mapping[str, Any], hardware: Mapping[str, Any],
+                config: Mapping[str, Any], error: str | None, **last: Any
+                ) -> list[tuple[str, Any]]:
+    """What a person looks at first of a trial, as ``(label, value)`` pairs: status, the
+    figures and their CIs, whether the guard flagged it, how a drift-corrected figure came
+    from the raw one, a repeated trial's processes, the configuration, then ``last`` (e.g.
+    ``wall_s``) and the error's last line."""
+    m = metrics
+    facts: list[tuple[str, Any]] = [("status", status)]
+    for key in ("tokens_per_s", "samples_per_s", "throughput_rel_ci", "step_time_s",
+                "step_time_rel_ci", "peak_mem_gib", "achieved_tflops", "mfu"):
+        if key in m:
+            unknown = (key.endswith("_rel_ci") and isinstance(m[key], (int, float))
+                       and not math.isfinite(m[key]))
+            facts.append((key, f"unknown ({_windows(m.get('windows'))}: too few for a CI)"
+                          if unknown else m[key]))
+    if is_contended(m):
+        facts.append(("contended", f"yes: {_windows(m.get('contended_windows'))} shared "
+                                   "the CPU; the figures are not to be trusted"))
+    drift = _drift_fact(m)
+    if drift:
+        facts.append(("drift", drift))
+    each = hardware.get("processes")
+    if isinstance(each, list) and len(each) > 1:
+        facts.append(("processes", _processes_fact(each)))
+    if config:
+        facts.append(("config", ", ".join(f"{k}={v}" for k, v in config.items())))
+    facts.extend((k, round(v, 2) if isinstance(v, float) else v)
+                 for k, v in last.items() if v is not None)
+    if error:
+        facts.append(("error", error.strip().splitlines()[-1][:200]))
+    return facts
 
 
 def _finite(x: Any) -> bool:

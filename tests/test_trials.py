@@ -138,6 +138,23 @@ def test_trial_result_shows_itself():
     assert "MemoryError: &lt;x&gt;" in bad._repr_html_() and "error: MemoryError" in str(bad)
 
 
+def test_a_stored_trial_shows_itself_as_a_result_does():
+    from cubicml_lab.trials import Trial
+
+    t = Trial(campaign="c", id=7, config={"micro_batch": 4}, status="ok", workload="gpt",
+              metrics={"tokens_per_s": 9000.0, "throughput": 9000.0, "throughput_raw": 9900.0,
+                       "drift_corrected": 1.0, "contended": 1.0, "contended_windows": 3.0},
+              hardware={}, workload_version="1", created_at=0.0, started_at=10.0,
+              ended_at=22.5, error=None)
+    text = str(t)
+    assert text.startswith("Trial 7 of 'c' · gpt") and "micro_batch=4" in text
+    assert "contended: yes: 3 windows shared the CPU" in text and "duration_s: 12.5" in text
+    assert "drift: corrected x0.91 from the raw 9,900/s" in text
+    assert "Trial 7 · c · gpt" in t._repr_html_() and "9,000" in t._repr_html_()
+    queued = Trial(**{**t.__dict__, "status": "queued", "metrics": {}, "started_at": None})
+    assert "duration_s" not in str(queued) and "status: queued" in str(queued)
+
+
 def test_is_contended_reads_the_guards_flag_and_nothing_else():
     from cubicml_lab.trials import is_contended
 
