@@ -145,6 +145,17 @@ is busy can be told from one on an idle machine. dlrm alone right after (``--wor
 ``/proc/stat``) and up to 38% of a window: 6 of 25 trials flagged (steps 143-206 ms where
 their configurations' clean ones took 56-58 and 162 ms), median spread of the others 6.1%
 (raw 14.8%), 17.8 s per measurement (max 24.4), the batch of 1,024 3.7%, none within 3%.
+Again, 2026-11-28 03:05-03:41 UTC, the host busy as before (largest steal of a window a
+median 10-15% over trials, up to 45%; raw figures spread a median 15.9-19.5%): 1 process,
+median spread 5.2%, 0 of 10 within 3%, 18.9 s (max 26.8), 3 of 50 flagged; 2 processes, 5.8%,
+2 of 10, 22.9 s (max 30.2), 5 of 50 flagged. The largest spreads came from single repeats
+whose reference read 30-35% under its configuration's usual while its raw figure read 15-22%
+under, so that the corrected figure came out 14-24% fast (dlrm sparse 104,254 against
+81,596-87,291 samples/s). ``--json`` now keeps each process of a repeated trial
+(``each_process``: its figure, raw figure, reference speed, contention flag); replayed over
+those 2-process trials, keeping the process with the faster raw figure, or the faster
+reference, or the mean of both, spread a median 6.5%, 6.5% and 4.6% against 6.4% for the
+faster corrected figure, better for some configurations and worse for others: no rule won.
 
 ``--compare-wait`` measures each workload's first configuration under several OpenMP wait
 settings, idle and beside one busy process per core (guard off), to see what each costs idle

@@ -155,6 +155,14 @@ REPEAT_LOG_SD = 0.025
 #: trials would not have saved the later ones; and within a trial the windows against their
 #: neighbouring reference samples gave no usable slope (16 trials: per trial -6.7 to 12.3 with the
 #: sample before a window as instrument, 0.80 pooled by least squares, 1.59 by the instrument).
+#: Nor does trusting a large reading less help (2026-11-28): over 174 repeats of three
+#: measure_repeatability runs, log raw followed log reference (each from its configuration's
+#: median) with a slope of about 1 up to 20% off and 0.57 beyond (6 repeats); a correction
+#: taking a reference's distance from the machine's usual speed in full up to 10% and half
+#: beyond cut the worst spread of 40 configurations there from 26.9% to 13.7% but raised the
+#: median (5.4% to 5.8%), and replayed on the four trace sets of ``data/`` (their recorded
+#: usual speeds) it spread more in all four (medians 9.8, 9.3, 15.1, 10.6% against 9.5, 5.7,
+#: 10.6, 9.4%).
 DRIFT_EXPONENT = 1.0
 #: Whether the default figure (``throughput``, the searchers' default objective) is the
 #: drift-corrected one (``throughput_corrected``) or the raw one (``throughput_raw``).
