@@ -127,8 +127,8 @@ def test_trial_result_shows_itself():
         {"throughput": 8000.0, "kept": False}, {"throughput": 8400.0, "kept": True}]},
         metrics={"tokens_per_s": 8400.0, "throughput": 8400.0, "throughput_raw": 6000.0,
                  "drift_corrected": 1.0})
-    assert ("drift: corrected x1.40 from the raw 6,000/s: the drift reference ran at 71% of "
-            "the machine's nominal speed") in str(both)
+    assert ("drift: corrected x1.40 from the raw 6,000/s to the machine's nominal speed (its "
+            "drift reference ran slower than nominal)") in str(both)
     assert "processes: 2 fresh processes: 8,000, 8,400 (kept); 5.0% apart" in str(both)
     assert "8,400 (kept)" in both._repr_html_()
     raw = TrialResult(status="ok", metrics={**both.metrics, "drift_corrected": 0.0},
@@ -149,7 +149,7 @@ def test_a_stored_trial_shows_itself_as_a_result_does():
     text = str(t)
     assert text.startswith("Trial 7 of 'c' · gpt") and "micro_batch=4" in text
     assert "contended: yes: 3 windows shared the CPU" in text and "duration_s: 12.5" in text
-    assert "drift: corrected x0.91 from the raw 9,900/s" in text
+    assert "drift: corrected x0.91 from the raw 9,900/s" in text and "ran faster than" in text
     assert "Trial 7 · c · gpt" in t._repr_html_() and "9,000" in t._repr_html_()
     queued = Trial(**{**t.__dict__, "status": "queued", "metrics": {}, "started_at": None})
     assert "duration_s" not in str(queued) and "status: queued" in str(queued)
