@@ -107,12 +107,26 @@ class CampaignView:
         return None if self.reference is None else self.measured_value(self.reference)
 
     def measured_value(self, config: dict[str, Any]) -> float | None:
-        """The objective measured for ``config``: the median over its ok trials, or None."""
-        key = self.space.key(config)
-        values = [float(t.metrics[self.objective]) for t in self.trials()
-                  if t.status == "ok" and self.objective in t.metrics
-                  and self.space.key({n: t.config[n] for n in self.space.names}) == key]
+        """The objective measured for ``config``: the median over its ok trials that the
+        contention guard did not flag (over all its ok trials where every one was flagged, as
+        :meth:`measured_flagged` tells), or None."""
+        ok = self._measured(config)
+        clean = [t for t in ok if not is_contended(t.metrics)] or ok
+        values = [float(t.metrics[self.objective]) for t in clean]
         return statistics.median(values) if values else None
+
+    def measured_flagged(self, config: dict[str, Any]) -> bool:
+        """Whether ``config`` was measured and every one of its ok trials flagged by the
+        contention guard: :meth:`measured_value` is then a figure from a busy machine."""
+        ok = self._measured(config)
+        return bool(ok) and all(is_contended(t.metrics) for t in ok)
+
+    def _measured(self, config: dict[str, Any]) -> list[Trial]:
+        """``config``'s ok trials that carry the objective."""
+        key = self.space.key(config)
+        return [t for t in self.trials()
+                if t.status == "ok" and self.objective in t.metrics
+                and self.space.key({n: t.config[n] for n in self.space.names}) == key]
 
     def summary(self) -> dict[str, Any]:
         """What a person glances at: trials by status, the best so far against the reference,

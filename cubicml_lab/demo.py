@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from .launch import Launcher
 
 __all__ = ["DEFAULT_CONFIG", "DEMO_MEASURE", "DEMO_PROCESSES", "cpu_fp32_flop_cost", "demo_prior",
-           "demo_space", "predictor_report", "run_demo", "summary_table"]
+           "demo_space", "predictor_report", "run_demo", "speedup_line", "summary_table"]
 
 #: Measurement settings of the demo: short timed phases so that a trial takes seconds. Most
 #: trials stop well before ``max_time_s``, at the 1.5% CI target; the budget bounds the others.
@@ -242,6 +242,20 @@ def predictor_report(df: pd.DataFrame, space: Space, objective: str = "throughpu
             "kendall_tau": float(kendall_tau(values, mean)), "mape": float(mape(values, mean))}
 
 
+def speedup_line(camp: Any, best_cfg: dict[str, Any], default_value: float,
+                 speedup: float) -> str:
+    """The demo's speed-up line, with a caveat where the default's or the best's every
+    measurement was flagged contended (a figure from a busy machine: a default measured while
+    other work shared the CPU makes any speed-up look large)."""
+    busy = [what for what, cfg in (("the default's", camp.reference), ("the best's", best_cfg))
+            if cfg is not None and camp.measured_flagged(cfg)]
+    caveat = (f" ({' and '.join(busy)} measurement{'s' if len(busy) > 1 else ''} flagged "
+              "contended: other work shared the CPU, so this speed-up is not to be trusted)"
+              if busy else "")
+    return (f"default configuration: {default_value:,.0f} tokens/s  ->  speed-up {speedup:.2f}x"
+            f"{caveat}")
+
+
 def run_demo(budget: int = 14, store: str | os.PathLike[str] = "data/demo.sqlite",
              out: str | os.PathLike[str] = "runs", *, campaign: str | None = None, seed: int = 0,
              launcher: str = "subprocess", progress: bool = True,
@@ -342,7 +356,7 @@ def run_demo(budget: int = 14, store: str | os.PathLike[str] = "data/demo.sqlite
         print(f"highest single measurement: {top_cfg}  ->  {top_value:,.0f} tokens/s (the GP, "
               "weighing each figure's noise and its neighbours, rates it lower)")
     if speedup is not None:
-        print(f"default configuration: {default_value:,.0f} tokens/s  ->  speed-up {speedup:.2f}x")
+        print(speedup_line(camp, best_cfg, default_value, speedup))
     spread = df["process_spread"].dropna() if "process_spread" in df else []
     if len(spread):
         print(f"each trial ran in {processes} fresh processes and kept the "

@@ -637,8 +637,28 @@ def test_measured_value_is_the_median_of_a_configurations_ok_trials(gpt_space, t
                                metrics={"throughput": value})
     tmp_store.record_trial("values", {**cfg, "micro_batch": 4}, status="oom", metrics={})
     knobs = {"micro_batch": 4, "precision": "fp32", "recompute": "none"}
-    assert camp.measured_value(knobs) == 520.0
+    assert camp.measured_value(knobs) == 520.0 and not camp.measured_flagged(knobs)
     assert camp.measured_value({**knobs, "micro_batch": 2}) is None
+    # a figure the guard flagged does not move the value while a clean one exists; a
+    # configuration measured only while the machine was busy keeps its figure, and says so
+    tmp_store.record_trial("values", {**cfg, "micro_batch": 4}, status="ok",
+                           metrics={"throughput": 9000.0, "contended": 1.0})
+    assert camp.measured_value(knobs) == 520.0 and not camp.measured_flagged(knobs)
+    tmp_store.record_trial("values", {**cfg, "micro_batch": 8}, status="ok",
+                           metrics={"throughput": 300.0, "contended": 1.0})
+    busy = {**knobs, "micro_batch": 8}
+    assert camp.measured_value(busy) == 300.0 and camp.measured_flagged(busy)
+    assert not camp.measured_flagged({**knobs, "micro_batch": 2})
+    # the demo's speed-up line says when the default it is measured against was flagged
+    from cubicml_lab.demo import speedup_line
+
+    camp.reference = busy
+    line = speedup_line(camp, knobs, 300.0, 520.0 / 300.0)
+    assert line.startswith("default configuration: 300 tokens/s  ->  speed-up 1.73x (the "
+                           "default's measurement flagged contended")
+    assert "not to be trusted" in line
+    camp.reference = knobs
+    assert speedup_line(camp, knobs, 520.0, 1.0).endswith("speed-up 1.00x")
 
 
 def test_a_contended_trial_is_counted_and_named_wherever_the_campaign_shows_its_trials(
