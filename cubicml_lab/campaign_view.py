@@ -73,8 +73,7 @@ class CampaignView:
         if not ok:
             raise SearchError(f"campaign {self.name!r} has no successful trial yet",
                               hint="run it, or look at the errors with campaign.dataframe()")
-        clean = [t for t in ok if not is_contended(t.metrics)]
-        ok = clean or ok
+        ok = _unflagged_first(ok)
         pick = max if direction == "maximize" else min
         best = pick(ok, key=lambda t: t.metrics[self.objective])
         return {n: best.config[n] for n in self.space.names}, float(best.metrics[self.objective])
@@ -110,9 +109,8 @@ class CampaignView:
         """The objective measured for ``config``: the median over its ok trials that the
         contention guard did not flag (over all its ok trials where every one was flagged, as
         :meth:`measured_flagged` tells), or None."""
-        ok = self._measured(config)
-        clean = [t for t in ok if not is_contended(t.metrics)] or ok
-        values = [float(t.metrics[self.objective]) for t in clean]
+        values = [float(t.metrics[self.objective])
+                  for t in _unflagged_first(self._measured(config))]
         return statistics.median(values) if values else None
 
     def measured_flagged(self, config: dict[str, Any]) -> bool:
@@ -212,3 +210,9 @@ def status_counts(summary: dict[str, Any]) -> str:
     flagged = summary.get("contended", 0)
     return ", ".join(f"{n} {st}" + (f" ({flagged} contended)" if st == "ok" and flagged else "")
                      for st, n in summary.get("by_status", {}).items())
+
+
+def _unflagged_first(trials: list[Trial]) -> list[Trial]:
+    """The trials the contention guard did not flag, or all of them where it flagged every one
+    (a flagged figure is noise, whichever way it went, while a clean one exists)."""
+    return [t for t in trials if not is_contended(t.metrics)] or trials
