@@ -8,8 +8,8 @@ a fixed small MLP step between its windows, with about as many rows as the trial
 guard; a dlrm trial's reference is a small dlrm, with 1,000 or 20,000 rows a table, whichever
 is nearer its own mix of table updates and FLOPs (``DLRMWorkload.drift_reference_for``,
 ``hardware["drift_reference"]``). The stored ``throughput`` is the drift-corrected figure
-``throughput_corrected`` (the raw one for a trial in another precision than its reference's,
-gpt's bf16 configuration): the
+``throughput_corrected`` (a bf16 trial's over the MLP in bf16, since 2026-11-28; the raw one
+for a trial in a precision no reference comes in): the
 median of the windows, each scaled to the machine at its nominal reference speed by the samples
 on either side of it (``MeasureOptions.drift_per_window``), as ``DRIFT_CORRECTED_DEFAULT`` says:
 it spread less across repeats than the raw one here. ``--drift-tol`` above 0 turns on the

@@ -283,13 +283,14 @@ def _omp_env() -> str:
 
 
 def _guard_and_reference(device: str, options: Any, telemetry: Any, rows: int,
-                         workload: Any, ref_config: Mapping[str, Any] | None
-                         ) -> tuple[Any, Any]:
+                         workload: Any, ref_config: Mapping[str, Any] | None,
+                         precision: str = "fp32") -> tuple[Any, Any]:
     """The contention guard and drift reference of a trial on ``device``: on CPU the run-queue
     wait of the trial's threads and, at the trial's thread count, the workload's own
     :class:`~cubicml_lab.hardware.StepReference` at ``ref_config`` (the one
     ``workload.drift_reference_for`` picked for the trial), or with ``None`` a
-    :class:`~cubicml_lab.hardware.ReferenceWork` of ``rows``; on CUDA the throttle reasons
+    :class:`~cubicml_lab.hardware.ReferenceWork` of ``rows`` in ``precision`` (the trial's where
+    the MLP runs in it, :func:`_mlp_precision`); on CUDA the throttle reasons
     :class:`GpuTelemetry` sees (no reference: a CPU workload says nothing of a GPU's speed).
     No CPU guard when the trial's own threads (all local ranks') outnumber its cores: their
     waiting is the config's, not the machine's. The reference (``None``: none) has ``sample``
@@ -314,7 +315,7 @@ def _guard_and_reference(device: str, options: Any, telemetry: Any, rows: int,
     if options.reference_share <= 0:
         return guard, None
     if ref_config is None:
-        return guard, ReferenceWork(rows=rows)
+        return guard, ReferenceWork(rows=rows, precision=precision)
     return guard, _step_reference(workload, ref_config)
 
 
@@ -335,6 +336,15 @@ def _reference_name(workload: Any, ref_config: Mapping[str, Any]) -> str:
     return f"{workload.name} v{workload.version} {knobs}"
 
 
+def _mlp_precision(precision: Any) -> str:
+    """The precision a trial in ``precision`` has its :class:`~cubicml_lab.hardware.ReferenceWork`
+    run in: its own where the MLP comes in it (:data:`~cubicml_lab.hardware.REFERENCE_PRECISIONS`),
+    else fp32 (and the trial keeps its raw figure, :func:`_corrects`)."""
+    from .hardware import REFERENCE_PRECISIONS
+
+    return precision if precision in REFERENCE_PRECISIONS else "fp32"
+
+
 def _corrects(reference: Any, precision: str) -> bool:
     """Whether a trial whose matmuls run in ``precision`` takes its drift-corrected figure as
     its default one (:data:`~cubicml_lab.timing.DRIFT_CORRECTED_DEFAULT`): only over a
@@ -342,6 +352,12 @@ def _corrects(reference: Any, precision: str) -> bool:
     ``benchmarks/measure_repeatability.py``, 5 fresh processes each), gpt's bf16 configuration
     spread 3.1%, 8.4% and 4.6% raw but 4.6%, 14.6% and 10.8% over the fp32 reference, whose
     drift it followed with a slope of -0.24 to 0.31; ``throughput_corrected`` is still stored.
+    Until 2026-11-28 the MLP ran in fp32 only, so bf16 trials kept their raw figures. On a
+    2-core VM whose CPU has bf16 instructions (AMD EPYC with AVX512_BF16), that cost them: a
+    demo trial's two fresh processes lay a median 9.6% apart raw, 2.8% over their fp32
+    reference (16 bf16 trials). Over the MLP in bf16 (:func:`_mlp_precision`), 4 bf16 gpt
+    configurations x 5 fresh processes, interleaved with the code before, spread a median
+    2.4% (1.1-3.8%) against 7.2% raw (5.5-19.3%) and 4.0% over the fp32 reference.
     """
     from .timing import DRIFT_CORRECTED_DEFAULT
 
@@ -370,6 +386,7 @@ def _build_and_time(workload: Any, config: dict[str, Any], options: Any, device:
         GpuTelemetry,
         ReferenceWork,
         establish_reference_scale,
+        mlp_reference_gauges,
         reference_nominal,
         reference_rows,
         reference_usual,
@@ -388,11 +405,12 @@ def _build_and_time(workload: Any, config: dict[str, Any], options: Any, device:
     peak_flops = device_peak_flops(device, config.get("precision", "fp32"))
     threads = torch.get_num_threads()
     ref_config = workload.drift_reference_for(config)  # None: the MLP
+    mlp_precision = _mlp_precision(config.get("precision", "fp32"))
     if not device.startswith("cuda") and options.reference_share > 0:
         # the nominal speeds of every reference on this trial's reference's scale, where any is
         # missing (once per machine and thread count), before the trial's peak-memory period
-        if ref_config is None:
-            establish_reference_scale(threads)  # the MLP's sizes
+        if ref_config is None:  # the MLP's sizes (and its fp32 ones: one scale)
+            establish_reference_scale(threads, gauges=mlp_reference_gauges(mlp_precision))
         elif len(workload.drift_references) > 1:
             establish_reference_scale(threads, gauges={
                 _reference_name(workload, c): functools.partial(_step_reference, workload, c)
@@ -410,7 +428,7 @@ def _build_and_time(workload: Any, config: dict[str, Any], options: Any, device:
         rows = reference_rows(built.matmul_rows)
         before_gib = resident_gib()
         guard, reference = _guard_and_reference(device, options, telemetry, rows, workload,
-                                                ref_config)
+                                                ref_config, mlp_precision)
         # the reference's own memory (its model and optimizer state), left out of the peak
         reference_gib = max(0.0, resident_gib() - before_gib) if reference is not None else 0.0
         reference_gib = reference_gib if math.isfinite(reference_gib) else 0.0
@@ -448,8 +466,9 @@ def _build_and_time(workload: Any, config: dict[str, Any], options: Any, device:
                    reference_rows=(float(rows) if isinstance(reference, ReferenceWork)
                                    else math.nan))
     if reference is not None:
-        hardware["drift_reference"] = (f"mlp rows={rows}" if isinstance(reference, ReferenceWork)
-                                       else reference.name)
+        hardware["drift_reference"] = (
+            f"mlp {'' if reference.precision == 'fp32' else reference.precision + ' '}rows={rows}"
+            if isinstance(reference, ReferenceWork) else reference.name)
     return "ok", metrics, None
 
 

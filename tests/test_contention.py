@@ -96,8 +96,10 @@ def test_guard_sees_the_wait_of_a_busy_thread() -> None:
 
 
 @linux
-@pytest.mark.parametrize("rows", [REFERENCE_ROWS[0], REFERENCE_ROWS[-1]])
-def test_reference_is_stable_on_an_idle_machine(rows: int) -> None:
+@pytest.mark.parametrize(("rows", "precision"), [(REFERENCE_ROWS[0], "fp32"),
+                                               (REFERENCE_ROWS[-1], "fp32"),
+                                               (REFERENCE_ROWS[0], "bf16")])
+def test_reference_is_stable_on_an_idle_machine(rows: int, precision: str) -> None:
     """20 clean samples spread within the reference's tolerance. A virtual machine's host may
     switch speed state between samples (seen on a 2-core VM: 6.0 ms and 4.9 ms per reference
     step, a round of 20 straddling both spread 18%): that is the drift the reference exists to
@@ -110,7 +112,7 @@ def test_reference_is_stable_on_an_idle_machine(rows: int) -> None:
     import torch
 
     tune_cpu_allocator()  # as run_trial does: without it page faults add ~15% noise
-    ref = ReferenceWork(rows=rows)
+    ref = ReferenceWork(rows=rows, precision=precision)
     guard = CpuContention(torch.get_num_threads())
     rounds = []
     for _ in range(50):  # up to 25 rounds with enough clean samples, 50 rounds in all
@@ -285,22 +287,34 @@ def test_named_references_share_one_scale_measured_together(tmp_path, monkeypatc
     assert 0.5 < again["four"] / first["four"] < 2.0
 
 
-def test_only_a_reference_in_the_trials_precision_corrects_its_default_figure() -> None:
-    """The fp32 reference corrects an fp32 trial's default figure; a bf16 trial keeps its raw
-    figure as the default, and its corrected one is still stored."""
+def test_each_precision_is_corrected_over_a_reference_in_its_own(tmp_path, monkeypatch) -> None:
+    """An fp32 trial's default figure is corrected over the fp32 MLP, a bf16 one's over the MLP
+    in bf16, whose nominals join the kept fp32 scale; a precision the MLP does not come in
+    keeps its raw figure as the default."""
+    from cubicml_lab.trials import _corrects
+
+    monkeypatch.setenv("CUBICML_LAB_CACHE_DIR", str(tmp_path))
     measure = {"max_time_s": 1.0, "warmup_max_s": 1.0}
     fp32, bf16 = (run_trial({"workload": "gpt", "config": {**TINY_GPT, "precision": p},
                              "measure": measure}) for p in ("fp32", "bf16"))
     for res in (fp32, bf16):
         assert res.status == "ok", res.error
+    rows = int(fp32.metrics["reference_rows"])
+    assert fp32.hardware["drift_reference"] == f"mlp rows={rows}"
+    assert bf16.hardware["drift_reference"] == f"mlp bf16 rows={rows}"
+    keys = json.loads((tmp_path / "reference.json").read_text())
+    scale = {k.split("|", 2)[2] for k in keys}  # the fp32 scale first, bf16 joined it
+    assert scale == {*(f"rows={r}" for r in REFERENCE_ROWS),
+                     *(f"ref=mlp bf16 rows={r}" for r in REFERENCE_ROWS)}
     if any(res.metrics["contended"] for res in (fp32, bf16)):  # no clean reference sample
         pytest.skip("machine busy: a gpt trial was flagged contended")
     for res in (fp32, bf16):
-        assert res.metrics["throughput_corrected"] > 0
-    assert fp32.metrics["drift_corrected"] == 1.0
-    assert fp32.metrics["throughput"] == fp32.metrics["throughput_corrected"]
-    assert bf16.metrics["drift_corrected"] == 0.0
-    assert bf16.metrics["throughput"] == bf16.metrics["throughput_raw"]
+        assert res.metrics["drift_corrected"] == 1.0
+        assert res.metrics["throughput"] == res.metrics["throughput_corrected"] > 0
+    assert not _corrects(ReferenceWork(rows=256), "fp16")
+    with pytest.raises(MeasurementError, match="precision='fp16'") as e:
+        ReferenceWork(precision="fp16")
+    assert "bf16" in str(e.value)
 
 
 def test_thread_waiting_env_is_set_unless_the_caller_chose() -> None:

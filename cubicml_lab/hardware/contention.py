@@ -16,9 +16,10 @@ from typing import Any
 from ..errors import MeasurementError
 from .machine import cpu_model, locked_json_cache
 
-__all__ = ["DEFAULT_REFERENCE_ROWS", "MAX_CPU_WAIT", "REFERENCE_ROWS", "USUAL_HISTORY",
-           "USUAL_MIN", "USUAL_MOVED", "CpuContention", "ReferenceWork", "StepReference",
-           "establish_reference_scale", "reference_nominal", "reference_rows", "reference_usual",
+__all__ = ["DEFAULT_REFERENCE_ROWS", "MAX_CPU_WAIT", "REFERENCE_PRECISIONS", "REFERENCE_ROWS",
+           "USUAL_HISTORY", "USUAL_MIN", "USUAL_MOVED", "CpuContention", "ReferenceWork",
+           "StepReference", "establish_reference_scale", "mlp_reference_gauges",
+           "mlp_reference_name", "reference_nominal", "reference_rows", "reference_usual",
            "usual_speed"]
 
 
@@ -162,6 +163,9 @@ class CpuContention:
 REFERENCE_ROWS = (256, 512, 1024)
 #: The size used when a trial does not say how many rows its matmuls have.
 DEFAULT_REFERENCE_ROWS = 256
+#: The precisions :class:`ReferenceWork` runs its matmuls in: a trial in one of them is gauged
+#: by the reference in its own (bf16: under ``torch.autocast``, as the workloads run it).
+REFERENCE_PRECISIONS = ("fp32", "bf16")
 
 
 def reference_rows(rows: int | None) -> int:
@@ -227,34 +231,77 @@ class ReferenceWork(_Gauge):
     reference (15-22% over the 256-row one), the one with 256 rows 10.0% over the 256-row one
     (18% over the 1,024-row one), where the raw figures spread 10-27%.
 
+    A trial in bf16 is gauged by the same MLP with its matmuls in bf16 (``precision``, under
+    ``torch.autocast`` as the workloads run bf16): a CPU's bf16 kernels may be another code path
+    than its fp32 ones (emulated on one without bf16 instructions, on which the fp32 reference
+    did not follow a bf16 trial), or the same units (on one with them, where it did). Its
+    nominals join the fp32 scale (:func:`mlp_reference_gauges`).
+
     Args:
         sample_s: Seconds one sample lasts, about.
         rows: Rows of the batch, one of :data:`REFERENCE_ROWS` (see :func:`reference_rows`).
+        precision: The matmuls' precision, one of :data:`REFERENCE_PRECISIONS`.
     """
 
     #: Relative spread (IQR / median) of clean samples in one process on an idle machine, at
     #: most (measured on a 2-core VM: about 0.04 with :func:`tune_cpu_allocator`, 0.16 without).
     tolerance = 0.08
 
-    def __init__(self, sample_s: float = 0.02, rows: int = DEFAULT_REFERENCE_ROWS) -> None:
+    def __init__(self, sample_s: float = 0.02, rows: int = DEFAULT_REFERENCE_ROWS,
+                 precision: str = "fp32") -> None:
         import torch
 
         if rows not in REFERENCE_ROWS:
             raise MeasurementError(f"ReferenceWork(rows={rows!r}) is not a reference size",
                                    hint=f"one of {REFERENCE_ROWS}; reference_rows(n) picks one")
+        if precision not in REFERENCE_PRECISIONS:
+            raise MeasurementError(
+                f"ReferenceWork(precision={precision!r}) is not a reference precision",
+                hint=f"one of {REFERENCE_PRECISIONS}; a trial in another keeps its raw figure")
         gen = torch.Generator().manual_seed(0)
         self._w1 = torch.randn(256, 1024, generator=gen).mul_(0.05).requires_grad_()
         self._w2 = torch.randn(1024, 256, generator=gen).mul_(0.05).requires_grad_()
         self._x = torch.randn(rows, 256, generator=gen)
-        self.sample_s, self.rows, self.name = sample_s, rows, rows
+        self.sample_s, self.rows, self.precision = sample_s, rows, precision
+        self.name = mlp_reference_name(rows, precision)
         self.steps = 0
 
     def _step(self) -> None:
+        import torch
         import torch.nn.functional as F
 
-        y = F.gelu(self._x @ self._w1) @ self._w2
+        if self.precision == "fp32":
+            y = F.gelu(self._x @ self._w1) @ self._w2
+        else:  # the matmuls in bf16, the weights and their gradients fp32
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                y = (F.gelu(self._x @ self._w1) @ self._w2).float()
         y.square().mean().backward()
         self._w1.grad = self._w2.grad = None
+
+
+def mlp_reference_name(rows: int, precision: str = "fp32") -> int | str:
+    """The key of the nominal and usual speeds of :class:`ReferenceWork` at ``rows`` and
+    ``precision``: the rows alone for fp32 (the scale's key before other precisions had one),
+    e.g. ``"mlp bf16 rows=256"`` for another.
+
+    Example:
+        >>> mlp_reference_name(256), mlp_reference_name(1024, "bf16")
+        (256, 'mlp bf16 rows=1024')
+    """
+    return rows if precision == "fp32" else f"mlp {precision} rows={rows}"
+
+
+def mlp_reference_gauges(precision: str = "fp32") -> dict[int | str, Callable[[], Any]]:
+    """The :class:`ReferenceWork` sizes whose nominals make one scale with a trial's in
+    ``precision``, by key, each a function that builds it (for
+    :func:`establish_reference_scale`): the fp32 sizes, and for another precision its own
+    sizes too, so that a missing precision's nominals are moved onto the kept fp32 scale."""
+    gauges: dict[int | str, Callable[[], Any]] = {
+        r: functools.partial(ReferenceWork, rows=r) for r in REFERENCE_ROWS}
+    if precision != "fp32":
+        gauges.update({mlp_reference_name(r, precision): functools.partial(
+            ReferenceWork, rows=r, precision=precision) for r in REFERENCE_ROWS})
+    return gauges
 
 
 class StepReference(_Gauge):
@@ -364,7 +411,7 @@ def establish_reference_scale(threads: int, rounds: int = 7,
         ``{size or name: nominal steps/s}`` for every one.
     """
     if gauges is None:
-        gauges = {r: functools.partial(ReferenceWork, rows=r) for r in REFERENCE_ROWS}
+        gauges = mlp_reference_gauges()
     names = list(gauges)
     with locked_json_cache("reference.json") as cache:
         kept = {r: _kept_nominal(cache, threads, r) for r in names}

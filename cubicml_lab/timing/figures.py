@@ -175,7 +175,7 @@ DRIFT_EXPONENT = 1.0
 #: against 18%, 10.3% against 25%; the exception 10.5% against 5.6%). The tau between repeats,
 #: where drift hits all configs of a round alike, was a draw (each won one run of dlrm).
 #: A trial keeps its raw figure as the default when its reference runs in another precision than
-#: its own matmuls (``cubicml_lab.trials._corrects``).
+#: its own matmuls (``cubicml_lab.trials._corrects``): the MLP reference comes in fp32 and bf16.
 DRIFT_CORRECTED_DEFAULT = True
 #: Log-variance given to a flagged (contended) figure: its clean windows were too few.
 CONTENDED_LOG_VAR = 0.05
