@@ -157,6 +157,18 @@ those 2-process trials, keeping the process with the faster raw figure, or the f
 reference, or the mean of both, spread a median 6.5%, 6.5% and 4.6% against 6.4% for the
 faster corrected figure, better for some configurations and worse for others: no rule won.
 
+On another VM, 2026-11-28 14:32-14:53 UTC: a 2-core AMD EPYC with AVX-512 and AVX512_BF16
+(bf16 matmuls 2.4x the fp32 rate, so gpt's bf16 configuration steps in 81 ms), idle (largest
+steal of a window 7.4%, none flagged), once bf16 trials were corrected over the MLP in bf16
+(``--processes 1 2 --json rep12.json``): 1 process, **median spread of the stored figure 3.3%,
+4 of 10 within 3%, 8.3 s per measurement (max 17.4)**, raw figures 12.8% (7.9-33.7%); the bf16
+configuration 2.0% (raw 12.8%); the largest, dlrm's 16 tables at 8,192, 10.3% (raw 33.7%).
+2 processes sharing the budget spread more, 6.3% (1 of 10), 12.6 s (max 21.2): a process with
+half the seconds here was noisier than one with all of them (its first process alone spread
+7.1%), and keeping the faster took two over-corrected fast ones (dlrm sparse 98,901 against
+77,546-82,422 samples/s). Replayed on those trials, the slower process would have spread 4.7%,
+the geometric mean of both 4.6%, the faster raw figure 6.7%.
+
 ``--compare-wait`` measures each workload's first configuration under several OpenMP wait
 settings, idle and beside one busy process per core (guard off), to see what each costs idle
 and how gracefully each degrades.
