@@ -18,7 +18,9 @@ base 3062052 (run by an ad-hoc form of this script with the same configurations,
 10-s budgets): the bf16 configurations' stored figure spread a median 2.4% (1.1-3.8%) over
 the bf16 reference against 7.2% (5.5-19.3%) raw as stored before, and 4.0% over the fp32
 reference (1.7-8.2%); the fp32 configurations, measured alike by both arms, 2.8% and 3.6%;
-7.8 s per measurement against 7.6 s.
+7.8 s per measurement against 7.6 s. This script itself, 15:21-15:29 UTC (``--base 3062052
+--repeats 4``, idle, none flagged): bf16 2.3% (0.9-8.7%) against 19.9% raw (12.1-25.7%) and
+9.1% over the fp32 reference; fp32 1.1% and 2.5%; 7.0 s per measurement against 6.7 s.
 
 Run (idle machine; ~10 min):
     .venv/bin/python benchmarks/bf16_reference_ab.py --base 3062052
