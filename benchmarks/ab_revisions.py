@@ -25,6 +25,17 @@ Run (idle machine; ~17 min for 4 repeats of the 10 configurations):
     .venv/bin/python benchmarks/ab_revisions.py --base HEAD~3 --workloads gpt --repeats 3
     .venv/bin/python benchmarks/ab_revisions.py --work-env GLIBC_TUNABLES=glibc.malloc.hugetlb=1
     .venv/bin/python benchmarks/ab_revisions.py --base HEAD --demo 5  # ~35 min
+    .venv/bin/python benchmarks/ab_revisions.py --base 3062052 --repeats 4 --configs '{"gpt": [
+        {"micro_batch": 8, "precision": "bf16"}, {"micro_batch": 16, "precision": "bf16"},
+        {"micro_batch": 32, "n_heads": 2, "precision": "bf16"}, {"micro_batch": 8}]}'
+
+``--configs JSON`` measures the configurations given (``{workload: [config, ...]}``) instead
+of ``measure_repeatability.py``'s. Each arm's line is followed by the spreads of the raw figure
+(``throughput_raw``) and of the drift-corrected one (``throughput_corrected``). The bf16
+reference was first measured so (2026-11-28, an AVX512_BF16 EPYC VM, base 3062052, 4 repeats,
+by a separate script since folded in here, with 2 more configurations): bf16 configurations
+spread a median 2.3% over the bf16 reference against 19.9% raw, and 9.1% over the fp32 one
+(``cubicml_lab.trials._corrects``).
 
 ``--demo RUNS`` compares ``make demo``'s campaign instead: RUNS campaigns per arm, interleaved,
 printing each one's leave-one-out Kendall tau, best configuration and seconds. The base arm's
@@ -35,6 +46,7 @@ whole process tree, the trials' own interpreters included, imports the base tree
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import re
@@ -91,23 +103,31 @@ def base_interpreter(rev: str, folder: Path) -> str:
     return str(exe)
 
 
+def spreads(rows: list[dict], arm: str, configs: dict[str, list[dict]],
+            figure: str = "throughput") -> list[float]:
+    """The arm's spread across repeats of ``figure`` for each configuration (unflagged ok)."""
+    return [rel_spread([x[figure] for x in rows if x["arm"] == arm and x["workload"] == name
+                        and x["config"] == i and x["status"] == "ok" and not x["contended"]])
+            for name, cfgs in configs.items() for i in range(len(cfgs))]
+
+
 def report(rows: list[dict], arm: str, configs: dict[str, list[dict]]) -> str:
-    """One line: the arm's spreads per configuration and what a measurement cost."""
-    spreads = []
-    for name, cfgs in configs.items():
-        for i in range(len(cfgs)):
-            ok = [x["throughput"] for x in rows if x["arm"] == arm and x["workload"] == name
-                  and x["config"] == i and x["status"] == "ok" and not x["contended"]]
-            spreads.append(rel_spread(ok))
+    """The arm's spreads per configuration and what a measurement cost; then the same spreads
+    of the raw and the drift-corrected figure."""
+    spread = spreads(rows, arm, configs)
     mine = [x for x in rows if x["arm"] == arm]
-    finite = [s for s in spreads if math.isfinite(s)]
-    return (f"{arm:>4}: spread per config {' '.join(f'{100 * s:.1f}' for s in spreads)}; "
+    finite = [s for s in spread if math.isfinite(s)]
+    others = "".join(f"\n{arm:>4} {figure}: " + " ".join(
+        f"{100 * s:.1f}" for s in spreads(rows, arm, configs, figure))
+        for figure in ("throughput_raw", "throughput_corrected"))
+    return (f"{arm:>4}: spread per config {' '.join(f'{100 * s:.1f}' for s in spread)}; "
             f"median {100 * statistics.median(finite):.1f}%, within 3%: "
-            f"{sum(s <= 0.03 for s in finite)}/{len(spreads)}; "
+            f"{sum(s <= 0.03 for s in finite)}/{len(spread)}; "
             f"{statistics.mean(x['secs'] for x in mine):.1f} s per measurement (max "
             f"{max(x['secs'] for x in mine):.1f}); stored CI median "
             f"{100 * statistics.median(x['throughput_rel_ci'] for x in mine):.1f}%; reference "
-            f"samples median {statistics.median(x['reference_samples'] for x in mine):.0f}")
+            f"samples median {statistics.median(x['reference_samples'] for x in mine):.0f}"
+            + others)
 
 
 def demo_ab(rev: str, runs: int, folder: Path, keep: Path | None = None) -> None:
@@ -159,6 +179,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=4)
     parser.add_argument("--max-time-s", type=float, default=10.0)
     parser.add_argument("--workloads", nargs="*", default=list(CONFIGS))
+    parser.add_argument("--configs", default=None, metavar="JSON",
+                        help='configurations instead of --workloads\', e.g. '
+                             '\'{"gpt": [{"micro_batch": 8, "precision": "bf16"}]}\'')
     parser.add_argument("--work-env", action="append", default=[], metavar="KEY=VALUE",
                         help="add to the working tree arm's environment (repeatable)")
     parser.add_argument("--work-python", default=None, metavar="EXE",
@@ -182,7 +205,8 @@ def main() -> None:
             finally:
                 remove_tree(Path(tmp))
         return
-    configs = {k: CONFIGS[k] for k in args.workloads}
+    configs = (json.loads(args.configs) if args.configs
+               else {k: CONFIGS[k] for k in args.workloads})
     options = {"max_time_s": args.max_time_s}
     with tempfile.TemporaryDirectory(prefix="cubicml-ab-") as tmp:
         envs: dict[str, dict[str, str]] = {"base": {}, "work": {}}
@@ -213,7 +237,8 @@ def main() -> None:
                             rows.append({"arm": arm, "workload": name, "config": i,
                                          "status": res.status, "secs": time.perf_counter() - t0,
                                          **{k: m.get(k, math.nan) for k in (
-                                             "throughput", "throughput_rel_ci",
+                                             "throughput", "throughput_raw",
+                                             "throughput_corrected", "throughput_rel_ci",
                                              "reference_samples", "contended")}})
                             print(f"  {arm} {name} {i} repeat {r}: {res.status} "
                                   f"{m.get('throughput', math.nan):.0f}/s, "

@@ -358,7 +358,7 @@ def _corrects(reference: Any, precision: str) -> bool:
     reference (16 bf16 trials). Over the MLP in bf16 (:func:`_mlp_precision`), 4 bf16 gpt
     configurations x 5 fresh processes, interleaved with the code before, spread a median
     2.4% (1.1-3.8%) against 7.2% raw (5.5-19.3%) and 4.0% over the fp32 reference
-    (``benchmarks/bf16_reference_ab.py``). In 4 demo campaigns interleaved with 4 of the code
+    (``benchmarks/ab_revisions.py --configs``). In 4 demo campaigns interleaved with 4 of the code
     before (``benchmarks/ab_revisions.py --demo 4``), a bf16 configuration measured in 3 or
     more of them varied less across them (standard deviation of the log figure 2.2% against
     3.0% raw, lower for 7 of 8), but the leave-one-out tau did not rise: 0.848, 0.733, 0.758,
@@ -471,9 +471,8 @@ def _build_and_time(workload: Any, config: dict[str, Any], options: Any, device:
                    reference_rows=(float(rows) if isinstance(reference, ReferenceWork)
                                    else math.nan))
     if reference is not None:
-        hardware["drift_reference"] = (
-            f"mlp {'' if reference.precision == 'fp32' else reference.precision + ' '}rows={rows}"
-            if isinstance(reference, ReferenceWork) else reference.name)
+        hardware["drift_reference"] = (reference.name if isinstance(reference.name, str)
+                                       else f"mlp rows={rows}")  # the fp32 MLP's key: rows
     return "ok", metrics, None
 
 

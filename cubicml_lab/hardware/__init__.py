@@ -38,7 +38,6 @@ from .contention import (
     StepReference,
     establish_reference_scale,
     mlp_reference_gauges,
-    mlp_reference_name,
     reference_nominal,
     reference_rows,
     reference_usual,
@@ -61,7 +60,7 @@ from .machine import (
 __all__ = ["CpuContention", "GpuTelemetry", "ReferenceWork", "StepReference", "ThrottleGuard",
            "default_device", "device_peak_flops", "establish_reference_scale", "hardware_info",
            "host_record", "locked_json_cache", "MAX_CPU_WAIT", "mlp_reference_gauges",
-           "mlp_reference_name", "REFERENCE_PRECISIONS",
+           "REFERENCE_PRECISIONS",
            "parse_smi_sample", "peak_memory_gib", "REFERENCE_ROWS", "reference_nominal",
            "resident_gib", "reference_rows", "reference_usual", "usual_speed", "reset_peak_memory",
            "summarize_telemetry", "tune_cpu_allocator", "cpu_model"]

@@ -267,12 +267,13 @@ class ReferenceWork(_Gauge):
         self.steps = 0
 
     def _step(self) -> None:
-        import torch
         import torch.nn.functional as F
 
         if self.precision == "fp32":
             y = F.gelu(self._x @ self._w1) @ self._w2
         else:  # the matmuls in bf16, the weights and their gradients fp32
+            import torch
+
             with torch.autocast("cpu", dtype=torch.bfloat16):
                 y = (F.gelu(self._x @ self._w1) @ self._w2).float()
         y.square().mean().backward()
