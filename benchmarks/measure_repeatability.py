@@ -286,8 +286,9 @@ def measure_all(names: list[str], configs: dict[str, list[dict[str, Any]]], args
     """Every (workload, config, repeat), interleaved; the load starts half-way through."""
     env = dict(kv.split("=", 1) for kv in args.env)
     one = cml.launch.Subprocess(timeout_s=300, env=env, python=args.python)
-    launchers = {n: one if n == 1 else cml.launch.Repeated(one, processes=n, keep=args.keep)
-                 for n in args.processes}
+    launchers = {n: one if n == 1 else cml.launch.Repeated(
+        one, processes=n, keep=args.keep, share_budget=not args.whole_budget)
+        for n in args.processes}
     jobs = [(r, n, i, k) for r in range(args.repeats) for n in names
             for i in range(len(configs[n])) for k in range(len(launchers))]
     rows, timer = [], None
@@ -410,6 +411,32 @@ def report_idle(names: list[str], configs: dict[str, list[dict[str, Any]]],
               f"{mean_tau(by['throughput_raw']):.3f}, corrected "
               f"{mean_tau(by['throughput_corrected']):.3f}, fully corrected "
               f"{mean_tau(by['throughput_rel']):.3f}, default {mean_tau(by['throughput']):.3f}")
+
+
+#: Replays of a repeated trial's processes (``each_process``: their stored figures), by whose
+#: figure the trial would keep: the first process alone (a 1-process measurement, where each
+#: process had the whole budget), the faster, the slower, the geometric mean of all.
+RULES = {"first alone": lambda v: v[0], "faster": max, "slower": min,
+         "geometric mean": lambda v: math.exp(statistics.fmean(math.log(x) for x in v))}
+
+
+def report_rules(names: list[str], configs: dict[str, list[dict[str, Any]]],
+                 rows: list[dict[str, Any]]) -> None:
+    """The spread across repeats each rule of :data:`RULES` would have given, replayed over
+    the unflagged trials whose every process has a figure."""
+    spreads: dict[str, list[float]] = {rule: [] for rule in RULES}
+    for name in names:
+        for i in range(len(configs[name])):
+            each = [[p.get("throughput", math.nan) for p in x["each_process"]] for x in rows
+                    if x["workload"] == name and x["config"] == i and x["status"] == "ok"
+                    and not x["contended"] and x.get("each_process")]
+            each = [v for v in each if all(math.isfinite(f) and f > 0 for f in v)]
+            for rule, pick in RULES.items():
+                spreads[rule].append(rel_spread([pick(v) for v in each]))
+    print("each trial's processes replayed (median spread of the stored figure across repeats, "
+          "configs within 3%): " + "; ".join(
+              f"{rule} {100 * median([s for s in v if math.isfinite(s)]):.1f}% "
+              f"({sum(s <= 0.03 for s in v)}/{len(v)})" for rule, v in spreads.items()))
 
 
 def drift_slope(ok: list[dict[str, Any]]) -> tuple[float, float]:
@@ -590,6 +617,9 @@ def main() -> None:
     parser.add_argument("--keep", choices=("fastest", "median"), default="fastest",
                         help="with several processes, whose figures a measurement keeps "
                              "(Repeated's keep; default fastest)")
+    parser.add_argument("--whole-budget", action="store_true",
+                        help="with several processes, give each the whole timing budget (as the "
+                             "demo does: Repeated(share_budget=False)) instead of a share")
     parser.add_argument("--json", default=None, help="also write every measurement here")
     parser.add_argument("--compare-process", action="store_true",
                         help="instead: each config alternately in a fresh process and in this "
@@ -642,6 +672,8 @@ def main() -> None:
         if len(args.processes) > 1:
             print(f"\n== {arm} process(es) per measurement")
         report_idle(names, configs, [x for x in idle_rows if x["processes"] == arm])
+        if arm > 1:
+            report_rules(names, configs, [x for x in idle_rows if x["processes"] == arm])
     if load is not None:
         report_load(rows, load)
     print(f"load average at the end {' '.join(f'{x:.2f}' for x in os.getloadavg())}")

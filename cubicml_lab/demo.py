@@ -106,7 +106,7 @@ def demo_prior(fp32_flop_cost: float | None = None,
     """The ``gpt`` workload's analytical prior for the demo's GP, as keyword arguments of
     ``BayesianSearch`` and ``GPPredictor``: ``cost_model`` (:func:`~cubicml_lab.workloads.gpt.
     cost_terms`: per token, FLOPs in fp32 and in bf16, weights, activation bytes,
-    per-micro-batch overhead, attention scores) and
+    per-micro-batch overhead, attention scores in fp32 and in bf16) and
     ``features`` (:func:`~cubicml_lab.workloads.gpt.shape_features`), each of the demo's
     configuration completed with the workload's defaults. The cost model's ``fp32_flop_cost``
     is ``fp32_flop_cost``, by default this CPU's: its matmul rate in bf16 over fp32
@@ -134,7 +134,7 @@ def demo_prior(fp32_flop_cost: float | None = None,
     Example:
         >>> prior = demo_prior()
         >>> len(prior["cost_model"](DEFAULT_CONFIG)), len(prior["features"](DEFAULT_CONFIG))
-        (6, 5)
+        (7, 5)
     """
     from .workloads import WithDefaults
 

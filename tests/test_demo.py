@@ -40,9 +40,10 @@ def test_fp32_is_predicted_from_bf16_trials_at_the_machines_flop_cost(rates):
     an fp32 FLOP costing a bf16 one it puts them far too fast."""
     plain, priced = WithDefaults("gpt", "cost_terms"), demo_prior()["cost_model"]
     base = np.array(plain({**DEFAULT_CONFIG, "precision": "bf16"}))
-    shares = np.array([0.0, 0.7, 0.1, 0.05, 0.1, 0.05])  # of a bf16 step at the default
+    shares = np.array([0.0, 0.7, 0.1, 0.05, 0.1, 0.0, 0.05])  # of a bf16 step at the default
     weights = np.divide(shares, base, out=np.zeros_like(base), where=base > 0)
     weights[0] = weights[1]  # FLOP for FLOP: the 3x is in the priced terms
+    weights[5] = weights[6]  # an attention score costs the same in either precision here
 
     def truth(cfg):
         return 1e4 / float(weights @ np.array(priced(cfg)))
@@ -58,6 +59,68 @@ def test_fp32_is_predicted_from_bf16_trials_at_the_machines_flop_cost(rates):
     off = {name: abs(np.log(np.median(r))) for name, r in ratios.items()}
     assert np.median(ratios["plain"]) > 1.5, ratios["plain"]  # fp32 as fast as bf16
     assert off["priced"] < min(np.log(1.4), off["plain"] / 2), ratios["priced"]
+
+
+def test_each_precision_gets_its_own_cost_per_attention_score(monkeypatch):
+    """A machine on which a bf16 attention score costs 4 fp32 ones (a CPU converting each to
+    fp32 and back): fitted on the bf16 configurations and three fp32 ones of 8, 4 and 2 heads,
+    the cost model with an attention term per precision predicts the other fp32
+    configurations closer than one whose two attention terms are summed into one, which
+    gives fp32 the bf16 weight. Where the fp32 trials all have 2 heads (their scores per
+    token never vary), the unit prior draws the fp32 score weight towards the bf16 one."""
+    from botorch.optim.utils import sample_all_priors
+
+    import cubicml_lab.surrogate.gp as gp
+
+    cost = demo_prior(fp32_flop_cost=2.0)["cost_model"]
+    base = np.array(cost({**DEFAULT_CONFIG, "precision": "bf16"}))
+    shares = np.array([0.0, 0.5, 0.05, 0.05, 0.1, 0.0, 0.3])  # of a bf16 step at the default
+    weights = np.divide(shares, base, out=np.zeros_like(base), where=base > 0)
+    weights[0], weights[5] = weights[1], weights[6] / 4
+
+    def truth(cfg):
+        return 1e4 / float(weights @ np.array(cost(cfg)))
+
+    def merged(cfg):
+        t = cost(cfg)
+        return [*t[:5], t[5] + t[6]]
+
+    merged.term_units = cost.term_units[:6]
+    space = demo_space()
+    configs = [c for c in space.enumerate() if c["threads"] == DEFAULT_CONFIG["threads"]
+               and c["recompute"] == "none"]
+    bf16 = [c for c in configs if c["precision"] == "bf16"]
+    fp32 = [c for c in configs if c["precision"] == "fp32"]
+
+    def fit(model, shapes):
+        train = bf16 + [c for c in fp32 if (c["micro_batch"], c["n_heads"]) in shapes]
+        assert len(train) == len(bf16) + 3
+        pred = GPPredictor(space, cost_model=model).fit(train, [truth(c) for c in train])
+        unseen = [c for c in fp32 if c not in train]
+        ratio = pred.predict(unseen)[0] / np.array([truth(c) for c in unseen])
+        return pred, float(np.median(np.abs(np.log(ratio))))
+
+    varied = {(2, 8), (8, 4), (32, 2)}
+    errors = {name: fit(model, varied)[1] for name, model in (("split", cost), ("merged", merged))}
+    assert errors["split"] < errors["merged"] / 2, errors
+
+    def score_gap(pred):  # log cost of an fp32 score over a bf16 one, as fitted
+        mean = pred.model.mean_module
+        return float((mean.a[5] - mean.shift[5]) - (mean.a[6] - mean.shift[6]))
+
+    def unit_priors(pred):
+        return [name for name, *_ in pred.model.mean_module.named_priors() if "unit" in name]
+
+    two_heads = {(4, 2), (16, 2), (32, 2)}
+    drawn = fit(cost, two_heads)[0]
+    gap = score_gap(drawn)
+    assert sorted(unit_priors(drawn)) == ["unit_prior_1_0", "unit_prior_6_5"]  # FLOPs, scores
+    sample_all_priors(drawn.model)  # BoTorch's fit retries can sample the unit prior too
+    assert score_gap(drawn) != gap and math.isfinite(score_gap(drawn))
+    monkeypatch.setattr(gp, "UNIT_PRIOR_SD", None)
+    free = fit(cost, two_heads)[0]
+    assert not unit_priors(free)
+    assert abs(gap) < abs(score_gap(free)), (gap, score_gap(free))
 
 
 def test_the_report_scores_the_gp_told_the_noise_the_search_tells_it():

@@ -284,9 +284,10 @@ def test_gpt_cost_terms_follow_recompute_and_batching():
     from cubicml_lab.workloads.gpt import cost_terms
 
     cfg = get("gpt").resolve({**TINY, "precision": "fp32"})
-    flops, low, weights, activations, overhead, scores = cost_terms(cfg)
+    flops, low, weights, activations, overhead, scores, low_scores = cost_terms(cfg)
     tokens = cfg["micro_batch"] * cfg["seq_len"] * cfg["grad_accum"]
     assert flops == pytest.approx(flops_per_step(cfg) / tokens) and low == 0.0
+    assert scores > 0 and low_scores == 0.0
     assert cost_terms({**cfg, "recompute": "full"})[0] == pytest.approx(flops * 4 / 3)
     assert cost_terms({**cfg, "recompute": "full"})[5] == pytest.approx(scores * 4 / 3)
     assert flops < cost_terms({**cfg, "recompute": "selective"})[0] < flops * 4 / 3
@@ -297,9 +298,11 @@ def test_gpt_cost_terms_follow_recompute_and_batching():
     one, two = cost_terms({**cfg, "threads": 1}), cost_terms({**cfg, "threads": 2})
     assert two[0] == one[0] / 2 and two[3] == one[3] / 2 and two[5] == one[5] / 2  # threads
     assert two[2] == one[2] and two[4] == one[4]  # not the per-step costs
-    # bf16: the same FLOPs in the low-precision term, half the activation bytes
+    # bf16: the same FLOPs and scores in the low-precision terms, half the activation bytes
     half = cost_terms({**cfg, "precision": "bf16"})
     assert half[:2] == [0.0, flops] and half[3] == activations / 2 and half[2] == weights
+    assert half[5:] == [0.0, scores] and len(half) == len(cost_terms.term_names)
+    assert cost_terms.term_units[5] == cost_terms.term_units[6] == "score"
     # more heads: more score elements, the same FLOPs
     heads = cost_terms({**cfg, "n_heads": 2 * cfg["n_heads"]})
     assert heads[5] == 2 * scores and heads[0] == flops

@@ -49,6 +49,18 @@ DataFrame of configurations -> one row each) is evaluated over many configuratio
 if the cost model names its terms' units (``term_units``, e.g. ``("flop", "flop", "byte")``) and a
 term of the same unit was seen, it is weighed as that term (an fp32 FLOP, never measured, costs what
 a measured bf16 FLOP costs, until an fp32 trial says otherwise); else it is left out of the mean.
+A seen term's weight per unit has a normal prior, of width :data:`UNIT_PRIOR_SD` in log units,
+around that of the first seen term of its unit: a few trials of one precision that do not tell its
+weights apart (fp32 trials that all have 2 heads, so the attention scores per token never vary)
+are drawn towards the other precision's instead of drifting where the fit puts them. Over 23
+stored demo campaigns (22 of a 2-core AVX-512 VM, 1 of an AVX2 one; 2026-11-28,
+``predictor_report``) with the attention term split by precision
+(:func:`~cubicml_lab.workloads.gpt.cost_terms`), the leave-one-out tau was a mean of 0.815 at a
+width of 1 (14 of 23 at 0.8 or more), 0.833 at 0.5 (15) and 0.805 without the prior (13); the gpt
+sweep's paired draws at 10 / 20 / 50 trials moved by +0.016 / -0.004 / +0.004 at 1 and +0.013 /
+-0.013 / -0.001 at 0.5 (8 draws each). The wider one is kept: per-unit costs of two precisions
+differ more on some machines (an unpriced fp32 FLOP costs 30 bf16 ones on the AVX2 VM of the
+sweep).
 
 Derived inputs (``features``, and the cost terms): with either, the kernel is a Matern-5/2 with
 BoTorch's dimension-scaled lengthscale prior over the space's columns, then the logs of the
@@ -99,7 +111,7 @@ if TYPE_CHECKING:
     from ..space import Space
 
 __all__ = ["COST_EXPONENT_PRIOR_SD", "EXTRAS_MAX_ITER", "NOISE_FLOOR_LOG_VAR",
-           "STANDARDISED_NOISE_FLOOR", "GPPredictor",
+           "STANDARDISED_NOISE_FLOOR", "UNIT_PRIOR_SD", "GPPredictor",
            "batch_method", "evaluate_many"]
 
 #: Smallest per-trial noise variance in log units ((0.1 % relative spread)^2).
@@ -120,6 +132,10 @@ EXTRAS_MAX_ITER = 150
 #: cost model's spread to half and with it the effects no other trial of a fit showed (one thread
 #: instead of two, fp32 instead of bf16), which then came out 20-40% off when left out.
 COST_EXPONENT_PRIOR_SD = 0.5
+#: Width of the normal prior, in log units, on how far a cost term's weight per unit (its cost
+#: per FLOP, per score, ...) lies from that of the fit's first seen term of the same unit
+#: (``term_units``; module doc). None: each seen term's weight is fitted on its own.
+UNIT_PRIOR_SD: float | None = 1.0
 #: Candidates per posterior evaluation (the fast exact path; GPyTorch's general path).
 _PREDICT_CHUNK = 8192
 _GPYTORCH_CHUNK = 512
@@ -205,6 +221,7 @@ class GPPredictor(BasePredictor):
         self._extra_bounds: torch.Tensor | None = None  # kernel bounds of the derived columns
         self._cost_shift: torch.Tensor | None = None  # mean log term of the fit's trials
         self._cost_src: torch.Tensor | None = None  # whose weight each term takes (module doc)
+        self._cost_pairs: list[tuple[int, int]] = []  # (term, same-unit term it is drawn to)
         self._fixed_noise = False
         self._factor: tuple | None = None
 
@@ -442,6 +459,11 @@ class GPPredictor(BasePredictor):
                                    if seen[i] and units[i] == units[j]), j)
             self._cost_src = torch.tensor(src)
             self._cost_shift = torch.where(seen, shift, torch.inf)[self._cost_src]
+            # a seen term's weight per unit is drawn towards the first seen term of its unit
+            self._cost_pairs = [] if units is None or UNIT_PRIOR_SD is None else [
+                (j, i) for j in range(self._n_terms) if seen[j]
+                for i in [next(i for i in range(j + 1) if seen[i] and units[i] == units[j])]
+                if i != j]
 
     def _build(self, X: torch.Tensor, Y: torch.Tensor, Yvar: torch.Tensor | None,
                bounds: torch.Tensor) -> Any:
@@ -481,7 +503,8 @@ class GPPredictor(BasePredictor):
         prior = (0.0, 2.0) if exponent is None else (exponent, COST_EXPONENT_PRIOR_SD)
         model = SingleTaskGP(
             X, Y, train_Yvar=Yvar, covar_module=_matern_with_floor(kernel_cols),
-            mean_module=_cost_mean_class()(self._cost_shift, self._cost_src, scale, prior)
+            mean_module=_cost_mean_class()(self._cost_shift, self._cost_src, scale, prior,
+                                           self._cost_pairs, UNIT_PRIOR_SD)
             if k else None,
             input_transform=Normalize(d, bounds=bounds, indices=kernel_cols),
             outcome_transform=Standardize(m=1))
@@ -843,7 +866,9 @@ def _cost_mean_class() -> type:
         ``c_prior`` (mean, standard deviation)."""
 
         def __init__(self, shift: torch.Tensor, src: torch.Tensor, scale: float = 1.0,
-                     c_prior: tuple[float, float] = (0.0, 2.0)) -> None:
+                     c_prior: tuple[float, float] = (0.0, 2.0),
+                     pairs: Sequence[tuple[int, int]] = (), pair_sd: float | None = None
+                     ) -> None:
             super().__init__()
             k = int(shift.numel())
             self.shift = shift.detach().clone()
@@ -855,6 +880,9 @@ def _cost_mean_class() -> type:
                     torch.zeros(size, dtype=torch.float64)))
                 if prior is not None:
                     self.register_prior(f"{name}_prior", prior, _getter(name), _setter(name))
+            for j, i in pairs:  # log weight per unit of term j against term i's (same unit)
+                self.register_prior(f"unit_prior_{j}_{i}", NormalPrior(0.0, float(pair_sd)),
+                                    _unit_gap(i, j), _set_unit_gap(i, j))
 
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             k = self.a.numel()
@@ -862,6 +890,18 @@ def _cost_mean_class() -> type:
             return self.b + self.c * self.scale * torch.logsumexp(self.a[self.src] + logs, dim=-1)
 
     return CostModelMean
+
+
+def _unit_gap(i: int, j: int) -> Callable[[Any], Any]:
+    """How much costlier (log) a unit of term ``j`` is than one of term ``i`` in a cost mean."""
+    return lambda m: (m.a[j] - m.shift[j]) - (m.a[i] - m.shift[i])
+
+
+def _set_unit_gap(i: int, j: int) -> Callable[[Any, Any], None]:
+    def set_(module: Any, value: Any) -> None:  # moves term j's weight, term i's stays
+        a, shift = module.a.data, module.shift
+        a[j] = a[i] - shift[i] + shift[j] + value.reshape(())
+    return set_
 
 
 def _getter(name: str) -> Callable[[Any], Any]:

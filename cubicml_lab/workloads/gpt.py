@@ -97,8 +97,8 @@ def cost_terms(cfg: Mapping[str, Any]) -> list[float]:
     """Rough costs per token of one training step, for a GP's analytical prior mean
     (``GPPredictor(space, cost_model=...)``): a roofline-style sum whose weights the GP fits.
 
-    Returns ``[flops_fp32, flops_low, weights, activation_bytes, overhead, attention]``, each per
-    token and in its own unit:
+    Returns ``[flops_fp32, flops_low, weights, activation_bytes, overhead, attention_fp32,
+    attention_low]``, each per token and in its own unit:
 
     * hardware FLOPs (:func:`flops_per_step` plus recomputation: a full block forward for
       ``"full"``, the MLP forward for ``"selective"``), in the first term for fp32 and in the
@@ -111,7 +111,23 @@ def cost_terms(cfg: Mapping[str, Any]) -> list[float]:
     * per-micro-batch fixed costs (kernel launches, Python) shared by its tokens;
     * attention-score elements per token (``seq_len * n_heads * n_layers``, a third more with
       full recomputation): the fused attention kernel's softmax and masking run per head over
-      every score, which its FLOP count (independent of the head count) does not see.
+      every score, which its FLOP count (independent of the head count) does not see. Like the
+      FLOPs, in the first of the two terms for fp32 and in the second for bf16/fp16: that
+      elementwise work runs in the activations' precision, whose cost per element is the
+      machine's (converted to fp32 and back on a CPU; half the bytes on a GPU), so each
+      precision gets its own weight. A fit that saw scores of one precision only weighs the
+      other's as its own (``term_units``). With one weight for both, 22 demo campaigns of a
+      2-core AVX-512 VM (2026-11-28, leave-one-out, the demo's prior) put the fp32
+      configuration of 32 sequences and 2 heads a median 11% too fast and the fp32 default
+      (8 sequences, 4 heads) 11% too slow when each was left out: the fp32 ones varied less
+      with the micro-batch and heads than the bf16 ones they borrowed those weights from.
+      Split, those campaigns ranked at a mean tau of 0.800 against 0.752 (higher in 13, lower
+      in 2; 12 against 9 at 0.8 or more), and at 0.810 (higher in 16, lower in 1; 13 at 0.8 or
+      more) once a term's weight per unit was drawn towards that of its unit's other term
+      (``GPPredictor``'s ``UNIT_PRIOR_SD``). The demo campaign of ``data/demo_trials.csv``
+      (AVX2) and the gpt sweep (AVX2; paired draws at 10 / 20 / 50 trials, mean gap +0.016 /
+      -0.004 / +0.004, 8 draws each) ranked as before, and the H100 campaign's 16
+      configurations (2 of them fp32) at 0.933 against 0.900 (leave-one-out).
 
     The FLOPs, activations and scores are divided by ``threads`` where it is set (> 0): CPU
     threads split that work, not the per-step and per-micro-batch costs. On 10 demo campaigns
@@ -156,15 +172,16 @@ def cost_terms(cfg: Mapping[str, Any]) -> list[float]:
     low = _bytes_per_element(cfg) == 2
     fp32 = flops * cfg.get("fp32_flop_cost", 1.0)
     return [0.0 if low else float(fp32), float(flops) if low else 0.0, float(weights),
-            activations, float(overhead), float(scores)]
+            activations, float(overhead), 0.0 if low else float(scores),
+            float(scores) if low else 0.0]
 
 
 #: Units of :func:`cost_terms`' values: a GP weighs a term it never saw as a seen one of the
 #: same unit (FLOPs in fp32 as in bf16, until a trial of each was measured).
-cost_terms.term_units = ("flop", "flop", "element", "byte", "launch", "score")
+cost_terms.term_units = ("flop", "flop", "element", "byte", "launch", "score", "score")
 #: Names of :func:`cost_terms`' values, in order (``GPPredictor.cost_shares`` columns).
 cost_terms.term_names = ("flops_fp32", "flops_low", "weights", "activation_bytes", "overhead",
-                         "attention")
+                         "attention_fp32", "attention_low")
 
 
 def _bytes_per_element(cfg: Mapping[str, Any]) -> int:
