@@ -39,6 +39,7 @@ Run (after ``cat /proc/loadavg``: the machine should be otherwise idle):
     .venv/bin/python benchmarks/measure_repeatability.py --load           # ~12 min
     .venv/bin/python benchmarks/measure_repeatability.py --quick          # 3 configs x 3, ~2 min
     .venv/bin/python benchmarks/measure_repeatability.py --processes 1 2  # both, ~26 min
+    .venv/bin/python benchmarks/measure_repeatability.py --processes 2 --whole-budget  # ~12 min
     .venv/bin/python benchmarks/measure_repeatability.py --env OMP_WAIT_POLICY=ACTIVE  # compare
     .venv/bin/python benchmarks/measure_repeatability.py --compare-wait --repeats 2  # ~5 min
     python3 benchmarks/measure_repeatability.py --device cuda --repeats 3 --max-time-s 3  # GPU
@@ -168,6 +169,18 @@ half the seconds here was noisier than one with all of them (its first process a
 7.1%), and keeping the faster took two over-corrected fast ones (dlrm sparse 98,901 against
 77,546-82,422 samples/s). Replayed on those trials, the slower process would have spread 4.7%,
 the geometric mean of both 4.6%, the faster raw figure 6.7%.
+
+``--whole-budget`` gives each of several processes the whole timing budget, as the demo does
+(``Repeated(share_budget=False)``), and the summary of a several-process arm replays each
+trial's processes by whose figure it keeps (``RULES``: the first process alone, which is a
+1-process measurement when each had the whole budget; the faster; the slower; the geometric
+mean). On the AVX512_BF16 VM, 2026-11-28 16:48-17:00 UTC, idle (largest steal of a window 7.2%,
+none of 50 flagged; ``--processes 2 --whole-budget --keep median --json rep2w.json``): the
+stored geometric mean spread a median 3.2% (3 of 10 within 3%), 13.8 s per measurement (max
+30.9, dlrm's 16 tables at 8,192); replayed over the same trials, **the faster process 2.4% (6
+of 10 within 3%)**, the first process alone 4.0% (4 of 10), the slower 4.9%. With the whole
+budget each, keeping the faster spread least, as in the demo's tau study of 2026-11-27
+(``cubicml_lab.demo.DEMO_PROCESSES``); with half each (the run above) it spread most.
 
 ``--compare-wait`` measures each workload's first configuration under several OpenMP wait
 settings, idle and beside one busy process per core (guard off), to see what each costs idle
@@ -612,7 +625,8 @@ def main() -> None:
                              "wrapper that raises their scheduling priority")
     parser.add_argument("--processes", type=int, nargs="+", default=[1],
                         help="fresh processes per measurement, sharing its timing budget "
-                             "(cubicml_lab.launch.Repeated); default 1; several: each "
+                             "(cubicml_lab.launch.Repeated; the whole of it each with "
+                             "--whole-budget); default 1; several: each "
                              "measurement in each, interleaved, reported apart")
     parser.add_argument("--keep", choices=("fastest", "median"), default="fastest",
                         help="with several processes, whose figures a measurement keeps "

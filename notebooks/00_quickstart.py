@@ -69,8 +69,8 @@ print(result.status)
 # Each trial runs in a fresh Python process and lands in a SQLite store; the first trial is the
 # default configuration. Re-running this cell resumes the campaign instead of starting over. The
 # GP starts from the workload's rough cost model (`demo_prior()`: per token, FLOPs in fp32 and
-# in bf16, weights, activation bytes, per-micro-batch overhead and attention scores, each with a
-# weight the GP fits) instead of from nothing.
+# in bf16, weights, activation bytes, per-micro-batch overhead and attention scores in fp32 and
+# in bf16, each with a weight the GP fits) instead of from nothing.
 
 # %%
 store = cml.TrialStore(STORE)
