@@ -863,7 +863,9 @@ def _cost_mean_class() -> type:
         it). ``scale`` turns ``c`` into the outcome's units (1 / its standard deviation, so that
         ``c`` is in log units of the objective; 1: ``c`` is in standardised units). A wide
         normal prior keeps ``a`` finite when a term never matters; ``c`` has the normal prior
-        ``c_prior`` (mean, standard deviation)."""
+        ``c_prior`` (mean, standard deviation). Each ``(j, i)`` of ``pairs`` (two seen terms of
+        one unit) puts a normal prior of width ``pair_sd`` on how much costlier, in log, a unit
+        of term ``j`` is than one of term ``i``: ``(a_j - shift_j) - (a_i - shift_i)``."""
 
         def __init__(self, shift: torch.Tensor, src: torch.Tensor, scale: float = 1.0,
                      c_prior: tuple[float, float] = (0.0, 2.0),
