@@ -178,9 +178,15 @@ mean). On the AVX512_BF16 VM, 2026-11-28 16:48-17:00 UTC, idle (largest steal of
 none of 50 flagged; ``--processes 2 --whole-budget --keep median --json rep2w.json``): the
 stored geometric mean spread a median 3.2% (3 of 10 within 3%), 13.8 s per measurement (max
 30.9, dlrm's 16 tables at 8,192); replayed over the same trials, **the faster process 2.4% (6
-of 10 within 3%)**, the first process alone 4.0% (4 of 10), the slower 4.9%. With the whole
-budget each, keeping the faster spread least, as in the demo's tau study of 2026-11-27
-(``cubicml_lab.demo.DEMO_PROCESSES``); with half each (the run above) it spread most.
+of 10 within 3%)**, the first process alone 4.0% (4 of 10), the slower 4.9%. Right after,
+18:12-18:25 UTC, idle (no steal in any window, none flagged), keeping the faster as the demo
+does (``--processes 2 --whole-budget``): **5.4%, 4 of 10 within 3%**, 15.8 s per measurement
+(max 27.4); replayed, the geometric mean 4.5%, the slower 4.0%, the first process alone 7.0%
+(1 of 10). In both runs 2 processes spread less than one; which of them to keep, the two runs
+do not settle (the faster 2.4% and 5.4%, the geometric mean 3.2% and 4.5%). The second run's
+largest spreads were slow drifts over its 13 minutes that the reference did not share: dlrm's
+sparse configuration stayed at 83,000-91,000 samples/s raw while its reference rose from 153
+to 176, so that its corrected figure fell from 86,164 to 75,401 (its drift slope 0.36).
 
 ``--compare-wait`` measures each workload's first configuration under several OpenMP wait
 settings, idle and beside one busy process per core (guard off), to see what each costs idle
