@@ -131,22 +131,19 @@ def demo_prior(fp32_flop_cost: float | None = None,
     campaigns' figures of the same configurations rank at 0.91-1.00: what is left is the GP's,
     on configurations a campaign ran once.
 
-    On a 2-core AVX512_BF16 VM (2026-11-28), where bf16 steps ran up to 1.45x as fast as fp32
-    ones (32 sequences, 2 heads), that was the fp32 trials: left out, the fp32 default (8
-    sequences, 4 heads)
-    came out 11% too slow and fp32 at 32 sequences and 2 heads 11% too fast (medians over 22
-    campaigns), as the fp32 trials varied less with the micro-batch and heads than the bf16
-    ones whose attention weight they shared. An attention term per precision, its weight drawn
-    towards the other's (``GPPredictor``'s ``UNIT_PRIOR_SD``), rescored those campaigns at a
+    On a 2-core AVX512_BF16 VM (2026-11-28), that was the fp32 trials: left out, the fp32 default (8
+    sequences, 4 heads) came out 11% too slow and fp32 at 32 sequences and 2 heads 11% too fast
+    (medians over 22 campaigns), as the fp32 trials varied less with the micro-batch and heads than
+    the bf16 ones whose attention weight they shared. An attention term per precision, its weight
+    drawn towards the other's (``GPPredictor``'s ``UNIT_PRIOR_SD``), rescored those campaigns at a
     mean of 0.810 instead of 0.752, and interleaved with 5 campaigns of the code before
-    (``benchmarks/ab_revisions.py --base ed12636 --demo 5``), 5 campaigns searched with it
-    scored 0.788, 0.891, 0.848, 0.818, 0.697 (3 of 5 at 0.8 or more) against 0.382, 0.709,
-    0.818, 0.782, 0.692 (1 of 5); all 10 found the same best configuration. A fresh clone's
-    ``make demo`` and 5 runs of ``cubicml-lab demo`` after it scored 0.727, then 0.818, 0.855,
-    0.855, 0.709, 0.782: 6 of these 11 idle runs at 0.8 or more, short of the 4 of 5 the
-    demo aims at, all with that configuration. What is still
-    off, left out: the fp32 default (11-12% too slow in all 5), the one trial of 1 thread
-    (11-28% too slow) and those of full recomputation (8-14% either way).
+    (``benchmarks/ab_revisions.py --base ed12636 --demo 5``), 5 campaigns searched with it scored
+    0.788, 0.891, 0.848, 0.818, 0.697 (3 of 5 at 0.8 or more) against 0.382, 0.709, 0.818, 0.782,
+    0.692 (1 of 5); all 10 found the same best configuration. A fresh clone's ``make demo`` and 5
+    runs of ``cubicml-lab demo`` after it scored 0.727, then 0.818, 0.855, 0.855, 0.709, 0.782: 6 of
+    these 11 idle runs at 0.8 or more, short of the 4 of 5 the demo aims at, all with that
+    configuration. What is still off, left out: the fp32 default (11-12% too slow in all 5), the one
+    trial of 1 thread (11-28% too slow) and those of full recomputation (8-14% either way).
 
     Example:
         >>> prior = demo_prior()

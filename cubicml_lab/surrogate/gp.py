@@ -51,16 +51,15 @@ term of the same unit was seen, it is weighed as that term (an fp32 FLOP, never 
 a measured bf16 FLOP costs, until an fp32 trial says otherwise); else it is left out of the mean.
 A seen term's weight per unit has a normal prior, of width :data:`UNIT_PRIOR_SD` in log units,
 around that of the first seen term of its unit: a few trials of one precision that do not tell its
-weights apart (fp32 trials that all have 2 heads, so the attention scores per token never vary)
-are drawn towards the other precision's instead of drifting where the fit puts them. Over 23
-stored demo campaigns (22 of a 2-core AVX-512 VM, 1 of an AVX2 one; 2026-11-28,
-``predictor_report``) with the attention term split by precision
-(:func:`~cubicml_lab.workloads.gpt.cost_terms`), the leave-one-out tau was a mean of 0.815 at a
-width of 1 (14 of 23 at 0.8 or more), 0.833 at 0.5 (15) and 0.805 without the prior (13); the gpt
-sweep's paired draws at 10 / 20 / 50 trials moved by +0.016 / -0.004 / +0.004 at 1 and +0.013 /
--0.013 / -0.001 at 0.5 (8 draws each). The wider one is kept: per-unit costs of two precisions
-differ more on some machines (an unpriced fp32 FLOP costs 30 bf16 ones on the AVX2 VM of the
-sweep).
+weights apart (fp32 trials that all have 2 heads, so the attention scores per token never vary) are
+drawn towards the other precision's instead of drifting where the fit puts them. Over 23 stored demo
+campaigns (22 of a 2-core AVX-512 VM, 1 of an AVX2 one; 2026-11-28, ``predictor_report``) with the
+attention term split by precision (:func:`~cubicml_lab.workloads.gpt.cost_terms`), the leave-one-out
+tau was a mean of 0.815 at a width of 1 (14 of 23 at 0.8 or more), 0.833 at 0.5 (15) and 0.805
+without the prior (13; the 22 and the 1 scored apart, combined by hand); the gpt sweep's paired
+draws at 10 / 20 / 50 trials moved by +0.016 / -0.004 / +0.004 at 1 and +0.013 / -0.013 / -0.001 at
+0.5 (8 draws each). The wider one is kept: per-unit costs of two precisions differ more on some
+machines (an unpriced fp32 FLOP costs 30 bf16 ones on the AVX2 VM of the sweep).
 
 Derived inputs (``features``, and the cost terms): with either, the kernel is a Matern-5/2 with
 BoTorch's dimension-scaled lengthscale prior over the space's columns, then the logs of the
@@ -452,18 +451,16 @@ class GPPredictor(BasePredictor):
             # it outweighed the others a million-fold on a new config)
             seen = finite.any(0)
             units = _units(self.cost_model, self._n_terms)
-            src = list(range(self._n_terms))
-            for j in range(self._n_terms):
-                if not seen[j] and units is not None:
-                    src[j] = next((i for i in range(self._n_terms)
-                                   if seen[i] and units[i] == units[j]), j)
+            # each term's anchor: the first seen term of its unit (itself without units)
+            anchor = [j if units is None else next(
+                (i for i in range(self._n_terms) if seen[i] and units[i] == units[j]), j)
+                for j in range(self._n_terms)]
+            src = [j if seen[j] else anchor[j] for j in range(self._n_terms)]
             self._cost_src = torch.tensor(src)
             self._cost_shift = torch.where(seen, shift, torch.inf)[self._cost_src]
-            # a seen term's weight per unit is drawn towards the first seen term of its unit
-            self._cost_pairs = [] if units is None or UNIT_PRIOR_SD is None else [
-                (j, i) for j in range(self._n_terms) if seen[j]
-                for i in [next(i for i in range(j + 1) if seen[i] and units[i] == units[j])]
-                if i != j]
+            # and a seen term's weight per unit is drawn towards its anchor's
+            self._cost_pairs = [] if UNIT_PRIOR_SD is None else [
+                (j, anchor[j]) for j in range(self._n_terms) if seen[j] and anchor[j] != j]
 
     def _build(self, X: torch.Tensor, Y: torch.Tensor, Yvar: torch.Tensor | None,
                bounds: torch.Tensor) -> Any:
