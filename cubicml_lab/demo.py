@@ -29,8 +29,9 @@ if TYPE_CHECKING:
 
     from .launch import Launcher
 
-__all__ = ["DEFAULT_CONFIG", "DEMO_MEASURE", "DEMO_PROCESSES", "cpu_fp32_flop_cost", "demo_prior",
-           "demo_space", "predictor_report", "run_demo", "speedup_line", "summary_table"]
+__all__ = ["DEFAULT_CONFIG", "DEMO_MEASURE", "DEMO_PROCESSES", "cpu_fp32_flop_cost",
+           "cpu_fp32_score_cost", "demo_prior", "demo_space", "predictor_report", "run_demo",
+           "speedup_line", "summary_table"]
 
 #: Measurement settings of the demo: short timed phases so that a trial takes seconds. Most
 #: trials stop well before ``max_time_s``, at the 1.5% CI target; the budget bounds the others.
@@ -102,7 +103,8 @@ def summary_table(df: pd.DataFrame, space: Space) -> pd.DataFrame:
 
 
 def demo_prior(fp32_flop_cost: float | None = None,
-               constants: Mapping[str, Any] | None = None) -> dict[str, Any]:
+               constants: Mapping[str, Any] | None = None,
+               fp32_score_cost: float | None = None) -> dict[str, Any]:
     """The ``gpt`` workload's analytical prior for the demo's GP, as keyword arguments of
     ``BayesianSearch`` and ``GPPredictor``: ``cost_model`` (:func:`~cubicml_lab.workloads.gpt.
     cost_terms`: per token, FLOPs in fp32 and in bf16, weights, activation bytes,
@@ -110,7 +112,10 @@ def demo_prior(fp32_flop_cost: float | None = None,
     ``features`` (:func:`~cubicml_lab.workloads.gpt.shape_features`), each of the demo's
     configuration completed with the workload's defaults. The cost model's ``fp32_flop_cost``
     is ``fp32_flop_cost``, by default this CPU's: its matmul rate in bf16 over fp32
-    (:func:`cpu_fp32_flop_cost`). ``constants``: knobs held fixed outside the demo's space
+    (:func:`cpu_fp32_flop_cost`); its ``fp32_score_cost`` is ``fp32_score_cost``, by default
+    this CPU's cost of an fp32 attention score over a bf16 one (:func:`cpu_fp32_score_cost`, at
+    the model's sequence length and width; pass 1.0 where the trials run elsewhere, e.g. on a
+    GPU). ``constants``: knobs held fixed outside the demo's space
     (e.g. a larger model's ``d_model``), filled in before the workload's defaults.
 
     On 5 demo campaigns measured on an idle 2-core machine, the leave-one-out Kendall tau of the
@@ -145,6 +150,16 @@ def demo_prior(fp32_flop_cost: float | None = None,
     configuration. What is still off, left out: the fp32 default (11-12% too slow in all 5), the one
     trial of 1 thread (11-28% too slow) and those of full recomputation (8-14% either way).
 
+    Those two were the next step (2026-11-28, the same VM). The fp32 default's 4 heads were
+    priced at bf16's cost per score, while this CPU's attention kernel takes about 6x as long
+    for a bf16 score as for an fp32 one (:func:`cpu_fp32_score_cost`: 0.12-0.18 in 4 idle
+    probes); and full recomputation's per-micro-batch launches were not counted (in the stored
+    campaigns its steps took 25% longer at 8 sequences, 17 campaigns, and 19% at 32, 37
+    campaigns). With the fp32 score priced by the probe and the launches counted
+    (``gpt.cost_terms``), the 41 demo campaigns stored on this VM rescored at a mean
+    leave-one-out tau of 0.817 instead of 0.794 (higher in 24, lower in 12; 28 instead of 22 at
+    0.8 or more).
+
     Example:
         >>> prior = demo_prior()
         >>> len(prior["cost_model"](DEFAULT_CONFIG)), len(prior["features"](DEFAULT_CONFIG))
@@ -153,8 +168,14 @@ def demo_prior(fp32_flop_cost: float | None = None,
     from .workloads import WithDefaults
 
     fixed = dict(constants or {})
+    if fp32_score_cost is None:
+        from .workloads.gpt import KNOBS
+
+        shape = {k: fixed.get(k, KNOBS[k].default) for k in ("seq_len", "d_model")}
+        fp32_score_cost = cpu_fp32_score_cost(**shape)
     return {"cost_model": WithDefaults("gpt", "cost_terms", {
-                **fixed, "fp32_flop_cost": fp32_flop_cost or cpu_fp32_flop_cost()}),
+                **fixed, "fp32_flop_cost": fp32_flop_cost or cpu_fp32_flop_cost(),
+                "fp32_score_cost": fp32_score_cost}),
             "features": WithDefaults("gpt", "shape_features", fixed)}
 
 
@@ -166,6 +187,25 @@ def cpu_fp32_flop_cost() -> float:
 
     fp32, bf16 = device_peak_flops("cpu", "fp32"), device_peak_flops("cpu", "bf16")
     return float(bf16 / fp32) if fp32 and bf16 else 1.0
+
+
+def cpu_fp32_score_cost(seq_len: int = 128, d_model: int = 128) -> float:
+    """Seconds of an fp32 attention score over a bf16 one on this CPU, for sequences of
+    ``seq_len`` tokens in a model of width ``d_model``
+    (:func:`~cubicml_lab.hardware.attention_score_seconds`, measured once per CPU model, thread
+    count and shape and cached), or 1.0 where either cannot be measured."""
+    from .hardware import attention_score_seconds
+
+    fp32, bf16 = (attention_score_seconds(p, seq_len, d_model) for p in ("fp32", "bf16"))
+    return float(fp32 / bf16) if fp32 and bf16 else 1.0
+
+
+def _costlier(cost: float, unit: str) -> str:
+    """"an fp32 FLOP costs 2.4x a bf16 FLOP" from the seconds of an fp32 ``unit`` over a bf16
+    one."""
+    dear, cheap, ratio = ("fp32", "bf16", cost) if cost >= 1 else ("bf16", "fp32", 1 / cost)
+    return (f"a{'n' if dear == 'fp32' else ''} {dear} {unit} costs {ratio:.3g}x "
+            f"a{'n' if cheap == 'fp32' else ''} {cheap} {unit}")
 
 
 def predictor_report(df: pd.DataFrame, space: Space, objective: str = "throughput",
@@ -324,12 +364,10 @@ def run_demo(budget: int = 14, store: str | os.PathLike[str] = "data/demo.sqlite
     print(f"space: {space.size()} configurations of {', '.join(space.names)}; budget {budget} "
           f"trials; store {store}; campaign {name!r}")
     print(f"default configuration (trial 1): {DEFAULT_CONFIG}")
-    flop_cost = cpu_fp32_flop_cost()
-    dear, cheap, ratio = (("fp32", "bf16", flop_cost) if flop_cost >= 1
-                          else ("bf16", "fp32", 1 / flop_cost))
-    print(f"cost model: a{'n' if dear == 'fp32' else ''} {dear} FLOP costs {ratio:.3g}x "
-          f"a{'n' if cheap == 'fp32' else ''} {cheap} FLOP here (this CPU's matmul rates)")
-    prior = demo_prior(flop_cost)
+    flop_cost, score_cost = cpu_fp32_flop_cost(), cpu_fp32_score_cost()
+    print(f"cost model: {_costlier(flop_cost, 'FLOP')} here (this CPU's matmul rates), "
+          f"{_costlier(score_cost, 'attention score')} (its attention kernel's)")
+    prior = demo_prior(flop_cost, fp32_score_cost=score_cost)
     search = BayesianSearch(space, objective="throughput", seed=seed, **prior)
     trial_store = TrialStore(store)
     camp = Campaign(name, space, workload="gpt", launcher=runner, searcher=search,

@@ -16,16 +16,26 @@ from cubicml_lab.workloads import WithDefaults
 
 @pytest.fixture
 def rates(tmp_path, monkeypatch):
-    """A cache of matmul rates in which this CPU runs bf16 3x as fast as fp32."""
+    """A cache of matmul rates in which this CPU runs bf16 3x as fast as fp32, and of attention
+    scores in which a bf16 score costs 4 fp32 ones."""
     import torch
 
     from cubicml_lab.hardware import cpu_model
 
     monkeypatch.setenv("CUBICML_LAB_CACHE_DIR", str(tmp_path))
     key = f"{cpu_model()}|threads={torch.get_num_threads()}"
+    score = f"{key}|attention_score seq=128 d=128"
     (tmp_path / "cpu_peak.json").write_text(json.dumps(
-        {f"{key}|fp32": {"flops": 1e11}, f"{key}|bf16": {"flops": 3e11}}))
+        {f"{key}|fp32": {"flops": 1e11}, f"{key}|bf16": {"flops": 3e11},
+         f"{score}|fp32": {"seconds": 1e-9}, f"{score}|bf16": {"seconds": 4e-9}}))
     return 3.0
+
+
+def test_the_demo_prior_weighs_an_fp32_attention_score_by_this_cpus_attention_kernel(rates):
+    cost = demo_prior()["cost_model"]
+    fp32, bf16 = cost(DEFAULT_CONFIG), cost({**DEFAULT_CONFIG, "precision": "bf16"})
+    assert fp32[5] == pytest.approx(bf16[6] / 4) and fp32[6] == bf16[5] == 0.0
+    assert demo_prior(fp32_score_cost=1.0)["cost_model"](DEFAULT_CONFIG)[5] == bf16[6]
 
 
 def test_the_demo_prior_weighs_an_fp32_flop_by_this_cpus_matmul_rates(rates):
@@ -43,7 +53,7 @@ def test_fp32_is_predicted_from_bf16_trials_at_the_machines_flop_cost(rates):
     shares = np.array([0.0, 0.7, 0.1, 0.05, 0.1, 0.0, 0.05])  # of a bf16 step at the default
     weights = np.divide(shares, base, out=np.zeros_like(base), where=base > 0)
     weights[0] = weights[1]  # FLOP for FLOP: the 3x is in the priced terms
-    weights[5] = weights[6]  # an attention score costs the same in either precision here
+    weights[5] = weights[6]  # a score as the priced terms weigh it: an fp32 one a quarter
 
     def truth(cfg):
         return 1e4 / float(weights @ np.array(priced(cfg)))
@@ -72,7 +82,7 @@ def test_each_precision_gets_its_own_cost_per_attention_score(monkeypatch):
 
     import cubicml_lab.surrogate.gp as gp
 
-    cost = demo_prior(fp32_flop_cost=2.0)["cost_model"]
+    cost = demo_prior(fp32_flop_cost=2.0, fp32_score_cost=1.0)["cost_model"]
     base = np.array(cost({**DEFAULT_CONFIG, "precision": "bf16"}))
     shares = np.array([0.0, 0.5, 0.05, 0.05, 0.1, 0.0, 0.3])  # of a bf16 step at the default
     weights = np.divide(shares, base, out=np.zeros_like(base), where=base > 0)

@@ -621,6 +621,30 @@ def test_cpu_peak_flops_is_measured_once_then_read_from_the_cache(tmp_path, monk
     assert device_peak_flops("cpu", "fp32") == 1234.5, "the second call must read the file"
 
 
+def test_an_attention_scores_cost_is_measured_once_per_shape_then_read_from_the_cache(
+        tmp_path, monkeypatch) -> None:
+    """The probe times the same attention over 8 heads against 2: more score elements, the same
+    FLOPs, so 8 heads must come out slower and the score's cost positive."""
+    import torch
+
+    from cubicml_lab.hardware import attention_score_seconds
+
+    monkeypatch.setenv("CUBICML_LAB_CACHE_DIR", str(tmp_path))
+    first = attention_score_seconds("fp32", seq_len=64, d_model=64)
+    assert first is not None and 1e-13 < first < 1e-5, first
+    path = tmp_path / "cpu_peak.json"
+    cache = json.loads(path.read_text())
+    (key,) = cache
+    assert f"threads={torch.get_num_threads()}" in key and "seq=64 d=64" in key
+    assert key.endswith("|fp32")
+    cache[key]["seconds"] = 2.5e-9
+    path.write_text(json.dumps(cache))
+    assert attention_score_seconds("fp32", 64, 64) == 2.5e-9, "the second call reads the file"
+    assert attention_score_seconds("fp32", 64, 36) is None  # 8 heads do not divide the width
+    with pytest.raises(MeasurementError, match="'int8'"):
+        attention_score_seconds("int8")
+
+
 def test_the_peak_benchmark_shrinks_its_matmuls_where_a_dtype_is_slow() -> None:
     """bf16 on a CPU without bf16 kernels ran at 0.74 GFLOP/s (2.9 s per 1024-square matmul,
     about 20 s of benchmark): the matmul shrinks to about a tenth of the 0.5 s; a fast dtype

@@ -291,6 +291,12 @@ def test_gpt_cost_terms_follow_recompute_and_batching():
     assert cost_terms({**cfg, "recompute": "full"})[0] == pytest.approx(flops * 4 / 3)
     assert cost_terms({**cfg, "recompute": "full"})[5] == pytest.approx(scores * 4 / 3)
     assert flops < cost_terms({**cfg, "recompute": "selective"})[0] < flops * 4 / 3
+    # recomputation launches a block's forward again: a third more of each block's launches
+    launches = cfg["n_layers"] + 1
+    assert cost_terms({**cfg, "recompute": "full"})[4] == pytest.approx(
+        overhead * (cfg["n_layers"] * 4 / 3 + 1) / launches)
+    assert overhead < cost_terms({**cfg, "recompute": "selective"})[4] < overhead * (
+        cfg["n_layers"] * 4 / 3 + 1) / launches
     more = cost_terms({**cfg, "grad_accum": 2 * cfg["grad_accum"]})
     assert more[2] == pytest.approx(weights / 2)  # one optimizer step for twice the tokens
     assert more[3] == activations and more[4] == overhead  # per micro-batch: unchanged
@@ -310,6 +316,10 @@ def test_gpt_cost_terms_follow_recompute_and_batching():
     slow = cost_terms({**cfg, "fp32_flop_cost": 4.0})
     assert slow[0] == pytest.approx(4 * flops) and slow[1:] == cost_terms(cfg)[1:]
     assert cost_terms({**cfg, "precision": "bf16", "fp32_flop_cost": 4.0}) == half
+    # and an fp32 attention score's cost relative to a bf16 one the fp32 score term only
+    cheap = cost_terms({**cfg, "fp32_score_cost": 0.25})
+    assert cheap[5] == pytest.approx(scores / 4) and cheap[:5] == cost_terms(cfg)[:5]
+    assert cost_terms({**cfg, "precision": "bf16", "fp32_score_cost": 0.25}) == half
 
 
 def test_gpt_shape_features_are_the_micro_batch_gemm_sizes():

@@ -9,7 +9,8 @@
 * :func:`tune_cpu_allocator`: keeps glibc's malloc from returning training-step buffers to the
   kernel, so CPU step times measure the model rather than page faults.
 * :func:`device_peak_flops`: a datasheet table for A100/H100/H200 by precision; on CPU a matmul
-  micro-benchmark run once and cached.
+  micro-benchmark run once and cached; :func:`attention_score_seconds`, the cost of one more
+  attention score on this CPU by precision, measured likewise.
 * :class:`CpuContention`: whether a timed window shared its cores with other processes (its
   threads' run-queue wait, its CPU time, the rest of the machine's); :class:`ThrottleGuard`, the
   same question for a CUDA device (throttle reasons seen by :class:`GpuTelemetry`).
@@ -45,6 +46,7 @@ from .contention import (
 )
 from .gpu import GpuTelemetry, ThrottleGuard, parse_smi_sample, summarize_telemetry
 from .machine import (
+    attention_score_seconds,
     cpu_model,
     default_device,
     device_peak_flops,
@@ -57,7 +59,8 @@ from .machine import (
     tune_cpu_allocator,
 )
 
-__all__ = ["CpuContention", "GpuTelemetry", "ReferenceWork", "StepReference", "ThrottleGuard",
+__all__ = ["attention_score_seconds", "CpuContention", "GpuTelemetry", "ReferenceWork",
+           "StepReference", "ThrottleGuard",
            "default_device", "device_peak_flops", "establish_reference_scale", "hardware_info",
            "host_record", "locked_json_cache", "MAX_CPU_WAIT", "mlp_reference_gauges",
            "REFERENCE_PRECISIONS",

@@ -19,9 +19,9 @@ from typing import Any
 
 from ..errors import MeasurementError
 
-__all__ = ["address_layout", "cpu_model", "default_device", "device_peak_flops", "hardware_info",
-           "host_record", "locked_json_cache", "peak_memory_gib", "reset_peak_memory",
-           "resident_gib", "tune_cpu_allocator"]
+__all__ = ["address_layout", "attention_score_seconds", "cpu_model", "default_device",
+           "device_peak_flops", "hardware_info", "host_record", "locked_json_cache",
+           "peak_memory_gib", "reset_peak_memory", "resident_gib", "tune_cpu_allocator"]
 
 
 def peak_memory_gib(device: str = "cpu") -> float:
@@ -367,3 +367,82 @@ def device_peak_flops(device: str = "cpu", precision: str = "fp32") -> float | N
         cache[key] = {"flops": flops, "torch_version": torch.__version__,
                       "measured_at": time.time()}
     return flops
+
+
+def _bench_attention_score_seconds(precision: str, seq_len: int, d_model: int,
+                                   seconds: float = 1.0) -> float | None:
+    """Seconds one more attention score costs in a causal ``scaled_dot_product_attention``
+    forward and backward at ``precision``, current torch threads: 8 sequences at 8 heads against
+    2 heads (``d_model`` split over them, so the FLOPs stay the same), timed in turn for about
+    ``seconds``, the median of the pairs' differences over the 6 extra score matrices' elements.
+    A pair whose threads waited for a core (:class:`~cubicml_lab.hardware.CpuContention`) is
+    discarded. None where fewer than 8 pairs were clean within ``5 x seconds`` (a busy machine:
+    the next call measures again), or 8 heads were not slower."""
+    import torch
+    import torch.nn.functional as F
+
+    from .contention import CpuContention
+
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision, torch.float32)
+    gen = torch.Generator().manual_seed(0)
+    batch, steps = 8, {}
+    for heads in (2, 8):
+        q, k, v = (torch.randn(batch, heads, seq_len, d_model // heads, generator=gen)
+                   .to(dtype).requires_grad_() for _ in range(3))
+        steps[heads] = lambda q=q, k=k, v=v: (
+            F.scaled_dot_product_attention(q, k, v, is_causal=True).sum().backward())
+        steps[heads]()
+    guard = CpuContention(torch.get_num_threads()) if CpuContention.available() else None
+    diffs: list[float] = []
+    t0 = time.perf_counter()
+    while (now := time.perf_counter() - t0) < 5 * seconds and (
+            len(diffs) < 8 or (now < seconds and len(diffs) < 200)):
+        took = {}
+        for heads, step in steps.items():
+            if guard is not None:
+                guard.start()
+            start = time.perf_counter()
+            step()
+            took[heads] = time.perf_counter() - start
+            if guard is not None and guard.stop()[0]:
+                break
+        else:
+            diffs.append(took[8] - took[2])
+    if len(diffs) < 8:
+        return None
+    extra = sorted(diffs)[len(diffs) // 2]
+    return extra / (batch * seq_len * seq_len * 6) if extra > 0 else None
+
+
+def attention_score_seconds(precision: str = "fp32", seq_len: int = 128,
+                            d_model: int = 128) -> float | None:
+    """Seconds of one attention score (an element of one head's ``seq_len x seq_len`` score
+    matrix, forward and backward of a causal ``scaled_dot_product_attention``) on this CPU at
+    ``precision``, with the current torch thread count; None where it cannot be told apart.
+
+    *Measured*, as :func:`device_peak_flops` is on a CPU: the same attention split over 8 heads
+    against 2 (the same FLOPs, 4x the score elements), timed in turn for about 1 s with windows
+    whose threads waited for a core discarded, run once
+    and cached in ``cpu_peak.json`` keyed by CPU model, threads, shape and precision. What it
+    prices is the per-head softmax and masking that a FLOP count does not see. On a 2-core
+    AVX-512 EPYC (2026-11-28, 2 threads, 128-token sequences, width 128) a bf16 score took about
+    4x an fp32 one, the kernel converting each to fp32 and back, while a plain bf16 softmax was
+    the faster: a softmax alone would price it the wrong way round.
+    """
+    if precision not in ("fp32", "bf16", "fp16"):
+        raise MeasurementError(f"precision = {precision!r} is not one of fp32, bf16, fp16",
+                               hint="pass the precision the attention runs in")
+    if d_model % 8:
+        return None  # 8 heads must divide the width
+    import torch
+
+    key = (f"{cpu_model()}|threads={torch.get_num_threads()}|attention_score seq={seq_len} "
+           f"d={d_model}|{precision}")
+    with locked_json_cache("cpu_peak.json") as cache:  # one benchmark at a time
+        if isinstance(cache.get(key), dict):
+            return float(cache[key]["seconds"])
+        value = _bench_attention_score_seconds(precision, seq_len, d_model)
+        if value is not None:  # not cached: measured again next time
+            cache[key] = {"seconds": value, "torch_version": torch.__version__,
+                          "measured_at": time.time()}
+    return value

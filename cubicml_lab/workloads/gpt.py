@@ -108,7 +108,9 @@ def cost_terms(cfg: Mapping[str, Any]) -> list[float]:
       embedding, shared by the step's tokens);
     * bytes of activations written per layer (``(8 + mlp_ratio) * d_model`` elements of 4 bytes,
       2 in bf16/fp16);
-    * per-micro-batch fixed costs (kernel launches, Python) shared by its tokens;
+    * per-micro-batch fixed costs (kernel launches, Python) shared by its tokens: one unit per
+      block and one for the head, a block's a third more with full recomputation (its forward
+      runs again) and the MLP forward's share of its FLOPs more with selective;
     * attention-score elements per token (``seq_len * n_heads * n_layers``, a third more with
       full recomputation): the fused attention kernel's softmax and masking run per head over
       every score, which its FLOP count (independent of the head count) does not see. Like the
@@ -147,6 +149,12 @@ def cost_terms(cfg: Mapping[str, Any]) -> list[float]:
     without the ratio an fp32 FLOP would cost what a bf16 one does (a demo campaign that ran
     fp32 once, for its default configuration, predicted that one 21-37% too fast when it was
     left out). With trials of both, the GP fits each term's weight and the ratio drops out.
+    ``cfg["fp32_score_cost"]`` (optional, default 1) does the same for the attention scores: the
+    seconds of an fp32 score over a bf16/fp16 one
+    (:func:`~cubicml_lab.hardware.attention_score_seconds`), which scales the fp32 score term.
+    Even with trials of both precisions it matters where the fp32 ones all have the same heads,
+    as a demo campaign's often do: the GP then draws the fp32 score weight towards the bf16 one
+    (``GPPredictor``'s ``UNIT_PRIOR_SD``), and the ratio says where that is.
 
     Example:
         >>> cfg = {k: knob.default for k, knob in KNOBS.items()}
@@ -168,11 +176,17 @@ def cost_terms(cfg: Mapping[str, Any]) -> list[float]:
     scores = seq * cfg["n_heads"] * layers * (4 / 3 if recompute == "full" else 1.0)
     threads = cfg.get("threads") or 1  # 0: torch's default, unknown here
     flops, activations, scores = flops / threads, activations / threads, scores / threads
-    overhead = (layers + 1) / tokens_per_micro
+    # per micro-batch: each block's kernels and the head's; recomputation launches its share of
+    # a block's forward and backward again (a third for "full", the MLP forward's FLOPs for
+    # "selective")
+    block = 6 * (4 + 2 * ratio) * d * d + 12 * seq * d  # a block's FLOPs per token
+    rerun = {"full": 1 / 3, "selective": 4 * ratio * d * d / block}.get(recompute, 0.0)
+    overhead = (layers * (1 + rerun) + 1) / tokens_per_micro
     low = _bytes_per_element(cfg) == 2
     fp32 = flops * cfg.get("fp32_flop_cost", 1.0)
+    fp32_scores = scores * cfg.get("fp32_score_cost", 1.0)
     return [0.0 if low else float(fp32), float(flops) if low else 0.0, float(weights),
-            activations, float(overhead), 0.0 if low else float(scores),
+            activations, float(overhead), 0.0 if low else float(fp32_scores),
             float(scores) if low else 0.0]
 
 
