@@ -1,9 +1,9 @@
 """Measured datasets as a search space plus a table, in one call: ``load(name)``.
 
 Four public tables of cluster measurements ship in ``data/public/`` (``SOURCES.md`` there gives
-their attribution, column dictionary and known flaws); three tables of this lab's own workloads
+their attribution, column dictionary and known flaws); four tables of this lab's own workloads
 ship in ``data/``: two CPU sweeps (``benchmarks/collect_cpu_sweeps.py`` makes them again on
-this machine) and the trials of two co-design campaigns on one H100
+this machine) and the trials of two co-design campaigns on one H100 and two on one H200
 (``benchmarks/gpu_campaign.py``):
 
 =================  ============================================================================
@@ -16,6 +16,7 @@ mpt_llmfoundry     MPT 125M-70B training benchmarks, 8-512 A100/H100 (MosaicML l
 gpt_cpu_sweep      ``gpt`` workload, random search on CPU (``data/gpt_cpu_sweep.parquet``)
 dlrm_cpu_sweep     ``dlrm`` workload, random search on CPU (``data/dlrm_cpu_sweep.parquet``)
 gpt_h100_campaign  ``gpt``, Bayesian search on one H100 (``data/gpt_h100_campaign.parquet``)
+gpt_h200_campaign  ``gpt``, Bayesian search on one H200 (``data/gpt_h200_campaign.parquet``)
 =================  ============================================================================
 
 Every :class:`Dataset` follows the same conventions:
@@ -287,6 +288,17 @@ _SWEEPS: dict[str, _Sweep] = {
         "configurations in the same order, so the second repeats the first's 14 (median "
         "difference 0.3%, at most 2.4%).",
         "it ships in the repository's data/ (git checkout data/gpt_h100_campaign.parquet); make "
+        "one on a GPU machine with `python3 benchmarks/gpu_campaign.py`, or point data_dir / "
+        "CUBICML_LAB_DATA at the folder that holds it"),
+    "gpt_h200_campaign": _Sweep(
+        "gpt", "benchmarks/gpu_campaign.py",
+        "two Bayesian co-design campaigns (seeds 0 and 1, 14 trials each) of the same GPT as the "
+        "H100 campaigns on one NVIDIA H200, the default configuration (fp32, micro-batch 8) "
+        "first; each trial in a fresh subprocess, step times from CUDA events, 3 s of timed "
+        "windows. The two searched with the gpt cost model of two revisions (1119ddf, then "
+        "051a52d, which counts recomputation's launches), so they chose different "
+        "configurations after the first 6.",
+        "it ships in the repository's data/ (git checkout data/gpt_h200_campaign.parquet); make "
         "one on a GPU machine with `python3 benchmarks/gpu_campaign.py`, or point data_dir / "
         "CUBICML_LAB_DATA at the folder that holds it"),
 }

@@ -158,7 +158,16 @@ def demo_prior(fp32_flop_cost: float | None = None,
     campaigns). With the fp32 score priced by the probe and the launches counted
     (``gpt.cost_terms``), the 41 demo campaigns stored on this VM rescored at a mean
     leave-one-out tau of 0.817 instead of 0.794 (higher in 24, lower in 12; 28 instead of 22 at
-    0.8 or more).
+    0.8 or more). Interleaved with 5 campaigns of the code before (``ab_revisions.py --base
+    1119ddf --demo 5``), 5 campaigns searched with it scored 0.855, 0.697, 0.692, 0.733, 0.786
+    (1 of 5 at 0.8 or more) against 0.891, 0.782, 0.855, 0.745, 0.782 (2 of 5). Rescored on the
+    same trials, the new model ranked 8 of those 10 campaigns higher (mean 0.807 against 0.757;
+    the old arm's 5 at 0.964, 0.782, 0.891, 0.818, 0.855), so the gap between the arms was in
+    the trials: the new arm's searches ran more head counts (8 heads in 4 of 5), and 3 of its
+    trials, measured while the drift reference ran 19-24% slow, came out 9-18% above the same
+    configurations in the other campaigns, the correction (exponent 1) taking out more than the
+    slowdown (the old arm had 4 such trials, 0-9% above). All 10 found the same best
+    configuration.
 
     Example:
         >>> prior = demo_prior()

@@ -57,9 +57,10 @@ RUNS.mkdir(parents=True, exist_ok=True)
 
 # %% [markdown]
 # ## 1. The tables
-# Four public tables of GPU-cluster runs and two CPU sweeps of this lab's workloads are
-# measurements; `analytical.llm_cluster_model()` is a **model** (closed-form formulas with noise,
-# not measurements), listed for comparison and left out of the figures below
+# Four public tables of GPU-cluster runs, two CPU sweeps of this lab's workloads and the trials
+# of its co-design campaigns on one H100 and one H200 are measurements;
+# `analytical.llm_cluster_model()` is a **model** (closed-form formulas with noise, not
+# measurements), listed for comparison and left out of the figures below
 # (`benchmarks/search_efficiency.py` replays searches on it too).
 
 # %%

@@ -32,7 +32,8 @@ def public() -> dict[str, datasets.Dataset]:
 
 
 def test_names_lists_public_tables_then_sweeps():
-    assert datasets.names() == [*FILES, "gpt_cpu_sweep", "dlrm_cpu_sweep", "gpt_h100_campaign"]
+    assert datasets.names() == [*FILES, "gpt_cpu_sweep", "dlrm_cpu_sweep", "gpt_h100_campaign",
+                                "gpt_h200_campaign"]
     assert cml.datasets is datasets
 
 
@@ -137,12 +138,14 @@ def test_missing_sweep_parquet_says_how_to_make_it(tmp_path, monkeypatch, name):
         datasets.load(name)
 
 
-def test_h100_campaign_ships_and_says_how_it_was_measured(tmp_path):
-    ds = datasets.load("gpt_h100_campaign")
+@pytest.mark.parametrize(("name", "gpu"), [("gpt_h100_campaign", "NVIDIA H100 80GB HBM3"),
+                                         ("gpt_h200_campaign", "NVIDIA H200")])
+def test_gpu_campaigns_ship_and_say_how_they_were_measured(tmp_path, name, gpu):
+    ds = datasets.load(name)
     assert ds.objective == "throughput" and set(ds.knobs) == {
         "micro_batch", "n_heads", "precision", "recompute", "fused_optimizer"}
     t = ds.table
-    assert (t["hw.gpu_name"] == "NVIDIA H100 80GB HBM3").all() and (t["hw.device"] == "cuda").all()
+    assert (t["hw.gpu_name"] == gpu).all() and (t["hw.device"] == "cuda").all()
     assert t["campaign"].nunique() == 2 and (t["status"] == "ok").all()
     assert "benchmarks/gpu_campaign.py" in ds.source and "CUDA events" in ds.notes
     assert "collect_cpu_sweeps" not in ds.notes  # the CPU sweeps' method is theirs
@@ -151,7 +154,7 @@ def test_h100_campaign_ships_and_says_how_it_was_measured(tmp_path):
     assert (first["precision"] == "fp32").all()
     assert t["throughput"].max() > 4 * first["throughput"].max()
     with pytest.raises(DataError) as info:  # elsewhere, the hint says where it comes from
-        datasets.load("gpt_h100_campaign", data_dir=tmp_path)
+        datasets.load(name, data_dir=tmp_path)
     assert "gpu_campaign.py" in info.value.hint
 
 
