@@ -136,7 +136,8 @@ print(f"highest single measurement {top_config}: {top_value:,.0f} tokens/s")
 # them in again, until the trial process stopped it from serving any block by `mmap`
 # (`cubicml_lab.hardware.tune_cpu_allocator`, which each trial's hardware record names as
 # `cpu_malloc`). Starting from the workload's cost model (`demo_prior()`, which prices an fp32
-# FLOP at this CPU's measured matmul rates), the GP ranked the trials with a leave-one-out Kendall
+# FLOP at this CPU's measured matmul rates, and now an fp32 attention score at its attention
+# kernel's), the GP ranked the trials with a leave-one-out Kendall
 # tau of 0.59 to 0.88 over the 5 runs (mean 0.75). With so few trials, one pair ranked the wrong
 # way moves tau by 0.03, and the measurements set a ceiling: this VM's speed wandered by up to 2x
 # within seconds, and each trial's figure is corrected by a reference workload timed beside it,

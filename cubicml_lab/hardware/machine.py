@@ -421,13 +421,16 @@ def attention_score_seconds(precision: str = "fp32", seq_len: int = 128,
     ``precision``, with the current torch thread count; None where it cannot be told apart.
 
     *Measured*, as :func:`device_peak_flops` is on a CPU: the same attention split over 8 heads
-    against 2 (the same FLOPs, 4x the score elements), timed in turn for about 1 s with windows
-    whose threads waited for a core discarded, run once
-    and cached in ``cpu_peak.json`` keyed by CPU model, threads, shape and precision. What it
-    prices is the per-head softmax and masking that a FLOP count does not see. On a 2-core
-    AVX-512 EPYC (2026-11-28, 2 threads, 128-token sequences, width 128) a bf16 score took about
-    4x an fp32 one, the kernel converting each to fp32 and back, while a plain bf16 softmax was
-    the faster: a softmax alone would price it the wrong way round.
+    against 2 (the same FLOPs, 4x the score elements), timed in turn for about 1 s with the
+    pairs whose threads waited for a core discarded, run once and cached in ``cpu_peak.json``
+    keyed by CPU model, threads, shape and precision (not cached where too few pairs were
+    clean). What it prices is the per-head softmax and masking that a FLOP count does not see.
+    On a 2-core AVX-512 EPYC (2026-11-28, 2 threads, 128-token sequences, width 128) a bf16
+    score took 5.6-8x an fp32 one in 4 idle probes, the kernel presumably converting each to
+    fp32 and back, while a plain bf16 softmax was the faster: a softmax alone would price it
+    the wrong way round. With two CPU-bound processes beside it, a probe without the guard put
+    the ratio at 280x; with it, 3 of 4 such probes measured nothing (None) and the fourth's
+    fp32 figure was the idle one.
     """
     if precision not in ("fp32", "bf16", "fp16"):
         raise MeasurementError(f"precision = {precision!r} is not one of fp32, bf16, fp16",
