@@ -167,7 +167,9 @@ def demo_prior(fp32_flop_cost: float | None = None,
     trials, measured while the drift reference ran 19-24% slow, came out 9-18% above the same
     configurations in the other campaigns, the correction (exponent 1) taking out more than the
     slowdown (the old arm had 4 such trials, 0-9% above). All 10 found the same best
-    configuration.
+    configuration. A fresh clone's ``make demo`` and 5 runs of ``cubicml-lab demo`` after it
+    (10 trials each, none flagged) scored 0.778, then 0.867, 0.911, 0.867, 0.867, 0.911: with
+    the A/B's arm, 6 of these 11 idle runs at 0.8 or more, all with that configuration.
 
     Example:
         >>> prior = demo_prior()
