@@ -163,7 +163,7 @@ def demo_prior(fp32_flop_cost: float | None = None,
     (1 of 5 at 0.8 or more) against 0.891, 0.782, 0.855, 0.745, 0.782 (2 of 5). Rescored on the
     same trials, the new model ranked 8 of those 10 campaigns higher (mean 0.807 against 0.757;
     the old arm's 5 at 0.964, 0.782, 0.891, 0.818, 0.855), so the gap between the arms was in
-    the trials: the new arm's searches ran more head counts (8 heads in 4 of 5), and 3 of its
+    the trials: the new arm's searches ran 32 sequences at 8 heads (3 of 5), and 3 of its
     trials, measured while the drift reference ran 19-24% slow, came out 9-18% above the same
     configurations in the other campaigns, the correction (exponent 1) taking out more than the
     slowdown (the old arm had 4 such trials, 0-9% above). All 10 found the same best
