@@ -186,7 +186,12 @@ does (``--processes 2 --whole-budget``): **5.4%, 4 of 10 within 3%**, 15.8 s per
 do not settle (the faster 2.4% and 5.4%, the geometric mean 3.2% and 4.5%). The second run's
 largest spreads were slow drifts over its 13 minutes that the reference did not share: dlrm's
 sparse configuration stayed at 83,000-91,000 samples/s raw while its reference rose from 153
-to 176, so that its corrected figure fell from 86,164 to 75,401 (its drift slope 0.36).
+to 176, so that its corrected figure fell from 86,164 to 75,401 (its drift slope 0.36). A
+third run of the same command, 2026-11-28 22:00-22:16 UTC (none of 50 flagged): **2.2%, 6 of
+10 within 3%**, 18.1 s per measurement (max 33.5); replayed, the geometric mean 3.4%, the
+slower 3.9%, the first process alone 5.1%. Its largest spread, 8.5% for gpt's bf16 at 16
+sequences, was one repeat 8% above the others, corrected at a drift slope of 0.63: a bf16
+reference that slows further than the step it gauges.
 
 ``--compare-wait`` measures each workload's first configuration under several OpenMP wait
 settings, idle and beside one busy process per core (guard off), to see what each costs idle
