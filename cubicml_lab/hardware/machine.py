@@ -11,7 +11,7 @@ import platform
 import socket
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
@@ -359,14 +359,24 @@ def device_peak_flops(device: str = "cpu", precision: str = "fp32") -> float | N
     import torch
 
     prec = "fp32" if precision == "tf32" else precision
-    key = f"{cpu_model()}|threads={torch.get_num_threads()}|{prec}"
-    with locked_json_cache("cpu_peak.json") as cache:  # one benchmark at a time
+    return _measured_once(f"{cpu_model()}|threads={torch.get_num_threads()}|{prec}", "flops",
+                          lambda: _bench_matmul_flops(prec))
+
+
+def _measured_once(key: str, field: str, bench: Callable[[], float | None]) -> float | None:
+    """``cpu_peak.json``'s ``key[field]``, or ``bench()`` run (one benchmark at a time, under
+    the cache's lock) and stored there with the torch version and time; a None result is not
+    stored, so the next call measures again."""
+    import torch
+
+    with locked_json_cache("cpu_peak.json") as cache:
         if isinstance(cache.get(key), dict):
-            return float(cache[key]["flops"])
-        flops = _bench_matmul_flops(prec)
-        cache[key] = {"flops": flops, "torch_version": torch.__version__,
-                      "measured_at": time.time()}
-    return flops
+            return float(cache[key][field])
+        value = bench()
+        if value is not None:
+            cache[key] = {field: value, "torch_version": torch.__version__,
+                          "measured_at": time.time()}
+    return value
 
 
 def _bench_attention_score_seconds(precision: str, seq_len: int, d_model: int,
@@ -441,11 +451,5 @@ def attention_score_seconds(precision: str = "fp32", seq_len: int = 128,
 
     key = (f"{cpu_model()}|threads={torch.get_num_threads()}|attention_score seq={seq_len} "
            f"d={d_model}|{precision}")
-    with locked_json_cache("cpu_peak.json") as cache:  # one benchmark at a time
-        if isinstance(cache.get(key), dict):
-            return float(cache[key]["seconds"])
-        value = _bench_attention_score_seconds(precision, seq_len, d_model)
-        if value is not None:  # not cached: measured again next time
-            cache[key] = {"seconds": value, "torch_version": torch.__version__,
-                          "measured_at": time.time()}
-    return value
+    return _measured_once(key, "seconds",
+                          lambda: _bench_attention_score_seconds(precision, seq_len, d_model))
