@@ -213,7 +213,10 @@ import time
 from typing import Any
 
 import cubicml_lab as cml
+from cubicml_lab.demo import DEMO_KEEP
+from cubicml_lab.launch.repeated import KEEP
 from cubicml_lab.timing import DRIFT_EXPONENT
+from cubicml_lab.timing.figures import own_drift_slope
 
 CONFIGS = {
     "gpt": [
@@ -444,19 +447,37 @@ RULES = {"first alone": lambda v: v[0], "faster": max, "slower": min,
          "geometric mean": lambda v: math.exp(statistics.fmean(math.log(x) for x in v))}
 
 
+def drift_fit(each: list[dict[str, Any]]) -> float:
+    """The figure ``Repeated(keep="drift_fit")`` would keep: every process's raw figure
+    corrected at the slope they show together (``own_drift_slope``), geometric mean; NaN where
+    a process lacks a raw or corrected figure (``throughput_corrected``, or ``throughput``
+    where the json predates it)."""
+    raw = [p.get("throughput_raw", math.nan) for p in each]
+    cor = [p.get("throughput_corrected", p.get("throughput", math.nan)) for p in each]
+    if not all(isinstance(x, (int, float)) and math.isfinite(x) and x > 0 for x in raw + cor):
+        return math.nan
+    shift = [math.log(c / r) / DRIFT_EXPONENT for c, r in zip(cor, raw)]
+    slope = own_drift_slope(raw, shift)
+    return math.exp(statistics.fmean(math.log(r) + slope * x for r, x in zip(raw, shift)))
+
+
 def report_rules(names: list[str], configs: dict[str, list[dict[str, Any]]],
                  rows: list[dict[str, Any]]) -> None:
     """The spread across repeats each rule of :data:`RULES` would have given, replayed over
     the unflagged trials whose every process has a figure."""
-    spreads: dict[str, list[float]] = {rule: [] for rule in RULES}
+    spreads: dict[str, list[float]] = {rule: [] for rule in [*RULES, "drift fit"]}
     for name in names:
         for i in range(len(configs[name])):
             each = [[p.get("throughput", math.nan) for p in x["each_process"]] for x in rows
                     if x["workload"] == name and x["config"] == i and x["status"] == "ok"
                     and not x["contended"] and x.get("each_process")]
+            fits = [drift_fit(x["each_process"]) for x in rows
+                    if x["workload"] == name and x["config"] == i and x["status"] == "ok"
+                    and not x["contended"] and x.get("each_process")]
             each = [v for v in each if all(math.isfinite(f) and f > 0 for f in v)]
             for rule, pick in RULES.items():
                 spreads[rule].append(rel_spread([pick(v) for v in each]))
+            spreads["drift fit"].append(rel_spread([f for f in fits if math.isfinite(f)]))
     print("each trial's processes replayed (median spread of the stored figure across repeats, "
           "configs within 3%): " + "; ".join(
               f"{rule} {100 * median([s for s in v if math.isfinite(s)]):.1f}% "
@@ -639,9 +660,9 @@ def main() -> None:
                              "(cubicml_lab.launch.Repeated; the whole of it each with "
                              "--whole-budget); default 1; several: each "
                              "measurement in each, interleaved, reported apart")
-    parser.add_argument("--keep", choices=("fastest", "median"), default="fastest",
+    parser.add_argument("--keep", choices=tuple(KEEP), default=DEMO_KEEP,
                         help="with several processes, whose figures a measurement keeps "
-                             "(Repeated's keep; default fastest)")
+                             f"(Repeated's keep; default {DEMO_KEEP}, the demo's)")
     parser.add_argument("--whole-budget", action="store_true",
                         help="with several processes, give each the whole timing budget (as the "
                              "demo does: Repeated(share_budget=False)) instead of a share")

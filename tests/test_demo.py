@@ -9,7 +9,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from cubicml_lab.demo import DEFAULT_CONFIG, demo_prior, demo_space
+from cubicml_lab.demo import (DEFAULT_CONFIG, _max_threads, cpu_thread_scaling, demo_prior,
+                              demo_space)
 from cubicml_lab.surrogate import GPPredictor
 from cubicml_lab.workloads import WithDefaults
 
@@ -25,9 +26,14 @@ def rates(tmp_path, monkeypatch):
     monkeypatch.setenv("CUBICML_LAB_CACHE_DIR", str(tmp_path))
     key = f"{cpu_model()}|threads={torch.get_num_threads()}"
     score = f"{key}|attention_score seq=128 d=128"
-    (tmp_path / "cpu_peak.json").write_text(json.dumps(
-        {f"{key}|fp32": {"flops": 1e11}, f"{key}|bf16": {"flops": 3e11},
-         f"{score}|fp32": {"seconds": 1e-9}, f"{score}|bf16": {"seconds": 4e-9}}))
+    cache = {f"{score}|fp32": {"seconds": 1e-9}, f"{score}|bf16": {"seconds": 4e-9}}
+    for n in {torch.get_num_threads(), _max_threads()}:
+        cache.update({f"{cpu_model()}|threads={n}|fp32": {"flops": 1e11},
+                      f"{cpu_model()}|threads={n}|bf16": {"flops": 3e11}})
+    if _max_threads() > 1:  # one thread: 1.6x slower in either precision
+        cache.update({f"{cpu_model()}|threads=1|fp32": {"flops": 1e11 / 1.6},
+                      f"{cpu_model()}|threads=1|bf16": {"flops": 3e11 / 1.6}})
+    (tmp_path / "cpu_peak.json").write_text(json.dumps(cache))
     return 3.0
 
 
@@ -36,6 +42,41 @@ def test_the_demo_prior_weighs_an_fp32_attention_score_by_this_cpus_attention_ke
     fp32, bf16 = cost(DEFAULT_CONFIG), cost({**DEFAULT_CONFIG, "precision": "bf16"})
     assert fp32[5] == pytest.approx(bf16[6] / 4) and fp32[6] == bf16[5] == 0.0
     assert demo_prior(fp32_score_cost=1.0)["cost_model"](DEFAULT_CONFIG)[5] == bf16[6]
+
+
+def test_the_demo_prior_splits_work_among_threads_as_this_cpus_matmuls_speed_up(rates):
+    """Cached rates of 1.6x at the most threads over 1: the threads' split work (FLOPs,
+    activations, scores) costs 1.6x as much at 1 thread, the per-step and per-micro-batch
+    terms the same; ``thread_scaling=1.0`` splits it evenly among the threads."""
+    n = _max_threads()
+    if n == 1:
+        assert cpu_thread_scaling() == 1.0
+        pytest.skip("one CPU thread here: no split to price")
+    assert cpu_thread_scaling() == pytest.approx(math.log(1.6) / math.log(n))
+    for scaling, speedup in ((None, 1.6), (1.0, n)):
+        cost = demo_prior(thread_scaling=scaling)["cost_model"]
+        many, one = cost(DEFAULT_CONFIG), cost({**DEFAULT_CONFIG, "threads": 1})
+        for i in (0, 3, 5):
+            assert one[i] == pytest.approx(speedup * many[i])
+        assert one[2] == many[2] and one[4] == many[4]
+
+
+def test_this_cpus_thread_scaling_is_measured_and_leaves_torchs_threads_as_they_were(
+        tmp_path, monkeypatch):
+    import torch
+
+    from cubicml_lab.hardware import cpu_model
+
+    monkeypatch.setenv("CUBICML_LAB_CACHE_DIR", str(tmp_path))
+    before = torch.get_num_threads()
+    assert cpu_thread_scaling(1) == 1.0 and not (tmp_path / "cpu_peak.json").exists()
+    scaling = cpu_thread_scaling(2)
+    assert torch.get_num_threads() == before
+    assert 0.0 <= scaling <= 1.0
+    cached = json.loads((tmp_path / "cpu_peak.json").read_text())
+    for n in (1, 2):
+        for p in ("fp32", "bf16"):
+            assert cached[f"{cpu_model()}|threads={n}|{p}"]["flops"] > 0
 
 
 def test_the_demo_prior_weighs_an_fp32_flop_by_this_cpus_matmul_rates(rates):

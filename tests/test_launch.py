@@ -9,6 +9,7 @@ writes garbage). Nothing in the library has a test hook.
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import socket
@@ -777,6 +778,41 @@ def test_combined_figures_are_geometric_means_and_counts_add_up() -> None:
     assert three["process_spread"] == pytest.approx(61 / 100)
 
 
+def test_drift_fit_redoes_the_correction_at_the_slope_the_trials_own_processes_show() -> None:
+    """Process a ran while the reference read 33% slow (shift 0.4) and its raw figure only 23%
+    slow; process b ran at the nominal speed. Corrected in full, a came out 15% above b;
+    ``keep="drift_fit"`` re-corrects both at the slope between them (shrunk towards 1) and
+    combines them, the default figures and the corrected ones alike; the raw ones stay."""
+    from cubicml_lab.timing.figures import own_drift_slope
+
+    def proc(raw: float, shift: float, contended: float = 0.0) -> TrialResult:
+        fig = raw * math.exp(shift)
+        return _result(fig, throughput_raw=raw, throughput_corrected=fig, tokens_per_s=fig,
+                       step_time_s=1000.0 / fig, step_time_corrected_s=1000.0 / fig,
+                       drift_corrected=1.0, contended=contended, throughput_rel_ci=0.02)
+
+    a, b = proc(100.0, 0.4), proc(130.0, 0.0)
+    m = combine([a, b], keep="drift_fit").metrics
+    slope = own_drift_slope([100.0, 130.0], [0.4, 0.0])
+    assert 0.6 < m["drift_slope"] == slope < 0.7
+    expect = math.exp((math.log(100.0) + slope * 0.4 + math.log(130.0)) / 2)
+    for name in ("throughput", "throughput_corrected", "tokens_per_s"):
+        assert m[name] == pytest.approx(expect)
+    assert m["step_time_s"] * m["throughput"] == pytest.approx(1000.0)
+    assert m["step_time_corrected_s"] == pytest.approx(m["step_time_s"])
+    assert m["throughput_raw"] == pytest.approx(math.sqrt(100.0 * 130.0))
+    full = combine([a, b], keep="median").metrics  # every reference move taken out
+    assert full["throughput"] == pytest.approx(math.sqrt(100 * math.exp(0.4) * 130.0))
+    assert full["throughput"] > 1.06 * m["throughput"] and "drift_slope" not in full
+    assert m["throughput_rel_ci"] == full["throughput_rel_ci"]  # of both processes
+    # a flagged process, or figures with no reference (a GPU's): combined as they are
+    flagged = combine([a, proc(130.0, 0.0, contended=1.0)], keep="drift_fit").metrics
+    assert "drift_slope" not in flagged and flagged["throughput"] == full["throughput"]
+    gpu = [_result(100.0, throughput_raw=100.0), _result(121.0, throughput_raw=121.0)]
+    assert combine(gpu, keep="drift_fit").metrics["throughput"] == pytest.approx(110.0)
+    assert Repeated(keep="drift_fit").keep == "drift_fit"
+
+
 def test_by_default_a_trial_keeps_its_fastest_process() -> None:
     slow = _result(90.0, throughput_raw=80.0, step_time_s=0.5, steps_timed=9.0, contended=1.0,
                    throughput_rel_ci=0.05, throughput_log_var=0.004, peak_mem_gib=2.0)
@@ -797,7 +833,7 @@ def test_by_default_a_trial_keeps_its_fastest_process() -> None:
     assert launcher.keep == "fastest" and "keep='fastest'" in repr(launcher)
     back = launcher_from_dict(Repeated(processes=3, keep="median").describe())
     assert isinstance(back, Repeated) and back.keep == "median"
-    with pytest.raises(ConfigError, match="keep = 'mean' is not one of fastest, median"):
+    with pytest.raises(ConfigError, match="keep = 'mean' is not one of fastest, median, drift"):
         Repeated(keep="mean")
 
 

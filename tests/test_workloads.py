@@ -304,6 +304,9 @@ def test_gpt_cost_terms_follow_recompute_and_batching():
     one, two = cost_terms({**cfg, "threads": 1}), cost_terms({**cfg, "threads": 2})
     assert two[0] == one[0] / 2 and two[3] == one[3] / 2 and two[5] == one[5] / 2  # threads
     assert two[2] == one[2] and two[4] == one[4]  # not the per-step costs
+    slower = cost_terms({**cfg, "threads": 2, "thread_scaling": 0.5})  # 2 threads: 2 ** 0.5
+    assert slower[0] == pytest.approx(one[0] / 2**0.5) and slower[4] == one[4]
+    assert cost_terms({**cfg, "threads": 1, "thread_scaling": 0.5}) == one
     # bf16: the same FLOPs and scores in the low-precision terms, half the activation bytes
     half = cost_terms({**cfg, "precision": "bf16"})
     assert half[:2] == [0.0, flops] and half[3] == activations / 2 and half[2] == weights

@@ -85,7 +85,8 @@ _SMALLEST = frozenset({"target_met"})
 #: What ``hardware["processes"]`` keeps of each process's metrics (those it has): its figure
 #: and CI, and what tells a disturbed process from a steady one (its raw figure, reference
 #: speed, contention flag)
-_EACH = ("throughput", "throughput_rel_ci", "throughput_raw", "reference_speed", "contended")
+_EACH = ("throughput", "throughput_rel_ci", "throughput_raw", "throughput_corrected",
+         "reference_speed", "contended")
 
 
 class Repeated(Launcher):
@@ -242,7 +243,7 @@ def combine(results: list[TrialResult], records: list[dict[str, Any]] | None = N
     n = len(results)
     figures = [float(r.metrics.get("throughput", math.nan)) for r in results]
     kept = KEEP[keep](figures)
-    every_ci = keep == "median"  # the median's precision is about the mean's of all of them
+    every_ci = keep != "fastest"  # the median's precision is about the mean's of all of them
     names = [k for k in results[0].metrics if all(k in r.metrics for r in results)]
     metrics: dict[str, float] = {}
     for name in names:
@@ -269,6 +270,8 @@ def combine(results: list[TrialResult], records: list[dict[str, Any]] | None = N
             metrics[name] = math.exp(sum(math.log(x) for x in xs) / k)
         else:
             metrics[name] = sum(xs) / k
+    if keep == "drift_fit":
+        _at_own_drift_slope(metrics, [r.metrics for r in results])
     if all(math.isfinite(x) and x > 0 for x in figures) and "throughput" in metrics:
         metrics["process_spread"] = (max(figures) - min(figures)) / metrics["throughput"]
     metrics["processes"] = float(n)
@@ -313,7 +316,47 @@ def middle(figures: list[float]) -> list[int]:
     return order[(n - 1) // 2: n // 2 + 1]
 
 
+def _at_own_drift_slope(metrics: dict[str, float], each: list[dict[str, float]]) -> None:
+    """``keep="drift_fit"``: the combined figures (geometric means of every process's, whose
+    drift-corrected ones each took all of its reference's move) re-corrected at the trial's
+    own drift slope (:func:`~cubicml_lab.timing.figures.own_drift_slope`, from the processes'
+    raw figures and references), which ``drift_slope`` records; as they are (no
+    ``drift_slope``) where a process was flagged or lacks a corrected figure."""
+    from ..timing.figures import DRIFT_EXPONENT, own_drift_slope
+
+    raw = [float(m.get("throughput_raw", math.nan)) for m in each]
+    corrected = [float(m.get("throughput_corrected", math.nan)) for m in each]
+    if not all(math.isfinite(x) and x > 0 for x in raw + corrected) or any(
+            float(m.get("contended", 0.0)) > 0 for m in each):
+        return
+    shift = [math.log(c / r) / DRIFT_EXPONENT for c, r in zip(corrected, raw)]
+    slope = own_drift_slope(raw, shift)
+    factor = math.exp((slope - DRIFT_EXPONENT) * sum(shift) / len(shift))
+    rates, times = ["throughput_corrected"], ["step_time_corrected_s"]
+    if metrics.get("drift_corrected") == 1.0:  # the default figures are the corrected ones
+        rates += ["throughput", "throughput_per_device", "achieved_tflops", "mfu",
+                  *(k for k in metrics if k.endswith(("_per_s", "_per_s_per_device")))]
+        times.append("step_time_s")
+    for name in rates + times:
+        if name in metrics:
+            metrics[name] = metrics[name] * factor if name in rates else metrics[name] / factor
+    metrics["drift_slope"] = slope
+
+
+def every(figures: list[float]) -> list[int]:
+    """Indices of every process: their figures are combined, not chosen among.
+
+    Example:
+        >>> every([10.0, 7.0])
+        [0, 1]
+    """
+    return list(range(len(figures)))
+
+
 #: How :func:`combine` picks the processes whose figures a trial keeps: ``"fastest"`` (the
 #: default) the one with the highest ``throughput``, ``"median"`` the middle one or two
-#: (:func:`middle`). See the module doc for what each was measured to do.
-KEEP: dict[str, Callable[[list[float]], list[int]]] = {"fastest": fastest, "median": middle}
+#: (:func:`middle`), ``"drift_fit"`` every one, their drift correction re-done at the slope
+#: the trial's own processes show (:func:`_at_own_drift_slope`). See the module doc for what
+#: each was measured to do.
+KEEP: dict[str, Callable[[list[float]], list[int]]] = {"fastest": fastest, "median": middle,
+                                                       "drift_fit": every}

@@ -130,7 +130,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..errors import PredictorError, SearchError
-from ..timing.figures import DRIFT_EXPONENT
+from ..timing.figures import DRIFT_BOUNDS, DRIFT_EXPONENT, DRIFT_PRIOR_SD
 from ..trials import is_contended
 from .base import Searcher
 from .history import HistoryModel
@@ -242,14 +242,10 @@ def log_ei_standard(z: torch.Tensor) -> torch.Tensor:
     return torch.where(z > -1.0, upper, torch.where(z > -1e4, lower, far))
 
 
-#: Standard deviation of the normal prior on the learned drift exponent (mean DRIFT_EXPONENT).
-DRIFT_PRIOR_SD = 0.5
 #: Refits at a newly learned drift exponent, at most (module doc, "Machine drift").
 DRIFT_ROUNDS = 2
 #: A learned exponent this close to the one fitted needs no refit.
 DRIFT_TOL = 0.02
-#: The learned exponent is kept within these bounds (0: raw figures; 2: twice the reference's).
-DRIFT_BOUNDS = (0.0, 2.0)
 #: The raw twin of an objective, where its name does not follow ``<objective>_raw``.
 _RAW_METRIC = {"step_time_s": "step_time_raw_s"}
 

@@ -9,9 +9,10 @@ import math
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-__all__ = ["CONTENDED_LOG_VAR", "DRIFT_CORRECTED_DEFAULT", "DRIFT_EXPONENT", "REPEAT_LOG_SD",
-           "Timing", "UNTRUSTED_LOG_VAR", "guard_metrics", "median_rel_ci", "quantile",
-           "reference_metrics", "spread_rel_ci", "summarize"]
+__all__ = ["CONTENDED_LOG_VAR", "DRIFT_BOUNDS", "DRIFT_CORRECTED_DEFAULT", "DRIFT_EXPONENT",
+           "DRIFT_PRIOR_SD", "REPEAT_LOG_SD", "Timing", "UNTRUSTED_LOG_VAR", "guard_metrics",
+           "median_rel_ci", "own_drift_slope", "quantile", "reference_metrics", "spread_rel_ci",
+           "summarize"]
 
 
 # ------------------------------------------------------------------------------ statistics
@@ -164,6 +165,12 @@ REPEAT_LOG_SD = 0.025
 #: usual speeds) it spread more in all four (medians 9.8, 9.3, 15.1, 10.6% against 9.5, 5.7,
 #: 10.6, 9.4%).
 DRIFT_EXPONENT = 1.0
+#: Standard deviation of the normal prior (mean :data:`DRIFT_EXPONENT`) on a drift slope learned
+#: from data: a search's (``cubicml_lab.search.bayesian.learn_drift``) and a trial's own, from its
+#: fresh processes (:func:`own_drift_slope`).
+DRIFT_PRIOR_SD = 0.5
+#: A learned drift slope is kept within these bounds (0: raw figures; 2: twice the reference's).
+DRIFT_BOUNDS = (0.0, 2.0)
 #: Whether the default figure (``throughput``, the searchers' default objective) is the
 #: drift-corrected one (``throughput_corrected``) or the raw one (``throughput_raw``).
 #: Corrected, measured on a 2-core VM: over 15 demo campaigns (stores scored both ways) the
@@ -204,6 +211,30 @@ def guard_metrics(timing: Timing) -> dict[str, float]:
             "cpu_util": med(clean or figs, "cpu_util"), "others_cpu": med(figs, "others_cpu"),
             "cpu_steal": max((f["cpu_steal"] for f in figs if not math.isnan(
                 f.get("cpu_steal", math.nan))), default=math.nan)}
+
+
+def own_drift_slope(raw: list[float], shift: list[float]) -> float:
+    """How much of the drift reference's moves one configuration feels, from its repeats in
+    fresh processes: the slope ``b`` of ``log raw_i = a - b * shift_i`` (``raw_i`` a process's
+    raw figure, ``shift_i`` its ``log(nominal / reference speed)``), its posterior mean under a
+    normal prior of mean :data:`DRIFT_EXPONENT` and sd :data:`DRIFT_PRIOR_SD`, each process's
+    log figure carrying :data:`REPEAT_LOG_SD` of noise of its own; within :data:`DRIFT_BOUNDS`.
+    Processes whose references read alike say little and leave it near the prior; two whose
+    references were 30% apart set it.
+
+    Example:
+        >>> round(own_drift_slope([100.0, 100.0], [0.0, 0.0]), 3)  # no move: the prior's mean
+        1.0
+        >>> round(own_drift_slope([100.0, 130.0], [0.4, 0.0]), 3)  # 0.4 of reference, 0.26 felt
+        0.666
+    """
+    n = len(raw)
+    ms, my = sum(shift) / n, sum(math.log(r) for r in raw) / n
+    sxx = sum((x - ms) ** 2 for x in shift)
+    sxy = sum((x - ms) * (math.log(r) - my) for x, r in zip(shift, raw))
+    noise, prior = REPEAT_LOG_SD**2, DRIFT_PRIOR_SD**2
+    b = (-sxy / noise + DRIFT_EXPONENT / prior) / (sxx / noise + 1.0 / prior)
+    return min(max(b, DRIFT_BOUNDS[0]), DRIFT_BOUNDS[1])
 
 
 def reference_metrics(timing: Timing) -> dict[str, float]:

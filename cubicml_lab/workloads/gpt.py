@@ -131,8 +131,11 @@ def cost_terms(cfg: Mapping[str, Any]) -> list[float]:
       -0.004 / +0.004, 8 draws each) ranked as before, and the H100 campaign's 16
       configurations (2 of them fp32) at 0.933 against 0.900 (leave-one-out).
 
-    The FLOPs, activations and scores are divided by ``threads`` where it is set (> 0): CPU
-    threads split that work, not the per-step and per-micro-batch costs. On 10 demo campaigns
+    The FLOPs, activations and scores are divided by ``threads ** cfg["thread_scaling"]``
+    where ``threads`` is set (> 0): CPU threads split that work, not the per-step and
+    per-micro-batch costs, and ``thread_scaling`` (optional, default 1: an even split) says
+    how much of the split the machine turns into speed (the demo measures it from its matmuls,
+    :func:`~cubicml_lab.demo.cpu_thread_scaling`). On 10 demo campaigns
     (14 trials each, measured on a 2-core VM) splitting the FLOPs by precision, counting bytes
     and adding the attention term lifted the GP's leave-one-out Kendall tau from a mean of
     0.703 to 0.756 (with the working-set feature of :func:`shape_features`, to 0.769); on the
@@ -175,7 +178,8 @@ def cost_terms(cfg: Mapping[str, Any]) -> list[float]:
     activations = float(layers * (8 + ratio) * d * _bytes_per_element(cfg))
     scores = seq * cfg["n_heads"] * layers * (4 / 3 if recompute == "full" else 1.0)
     threads = cfg.get("threads") or 1  # 0: torch's default, unknown here
-    flops, activations, scores = flops / threads, activations / threads, scores / threads
+    split = threads ** cfg.get("thread_scaling", 1.0)  # what the threads' split buys
+    flops, activations, scores = flops / split, activations / split, scores / split
     # per micro-batch: each block's kernels and the head's; recomputation launches its share of
     # a block's forward and backward again (a third for "full", the MLP forward's FLOPs for
     # "selective")
