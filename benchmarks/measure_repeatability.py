@@ -193,6 +193,24 @@ slower 3.9%, the first process alone 5.1%. Its largest spread, 8.5% for gpt's bf
 sequences, was one repeat 8% above the others, corrected at a drift slope of 0.63: a bf16
 reference that slows further than the step it gauges.
 
+On a 2-core AMD EPYC VM of another generation (Zen 5: bf16 matmuls 4.35x the fp32 rate),
+2026-11-28/29, idle (largest steal of a window 8.5-9.1%, none of 50 flagged), whose raw figures
+spread a median 9.3-14.2% across repeats: ``--processes 2 --whole-budget`` keeping the faster
+(23:35 UTC) spread **3.4%, 1 of 9 configurations of 20 ms or more within 3%**, 14.2 s per
+measurement (max 38.0), dlrm's 4,096 batches with sparse gradients 17.5% and its 16 tables
+24.5%: in 4 of the 15 trials of its three 4,096-batch configurations, one process ran while
+the reference read 25-33% slow and its raw figure only 17-23% slow (those configurations' drift
+slopes 0.56-0.78), and keeping the faster kept that over-corrected process. Replayed,
+``drift fit`` (both processes corrected at the slope the two show together,
+``Repeated(keep="drift_fit")``) spread 2.6% (6 of 10 configurations within 3%; sparse
+gradients 3.4%), the slower 3.2%, the geometric mean 3.2%. With ``drift_fit`` the default
+(00:01 UTC, the same command): **3.1%, 4 of 9 within 3%**, 13.5 s per measurement (max 32.1,
+dlrm's 16 tables at 8,192); replayed, the faster 3.8% (4 of 10), the slower 2.8%, the
+geometric mean 3.1%. What is left is whole-trial excursions, both processes in the same slow
+state, which give no slope of their own (sparse gradients' 124,186 samples/s against
+114,172-115,471 in one repeat whose references both read 20% slow), and the 3% target is not
+met.
+
 ``--compare-wait`` measures each workload's first configuration under several OpenMP wait
 settings, idle and beside one busy process per core (guard off), to see what each costs idle
 and how gracefully each degrades.

@@ -65,12 +65,19 @@ DEMO_PROCESSES = 2
 #: (``"fastest"`` until 2026-11-29). Where the drift reference moved between a trial's
 #: processes, the correction of the fastest took all of the move out, also from a
 #: configuration that felt less of it, and keeping the fastest then kept the one corrected
-#: most. On a 2-core Zen 5 VM (2026-11-28) whose raw figures spread 5-37% across 5 repeats,
-#: ``benchmarks/measure_repeatability.py --processes 2 --whole-budget``'s 10 configurations,
-#: replayed over the same trials, spread a median 2.8% so (6 of 10 within 3%; dlrm's 4,096
-#: batches with sparse gradients 3.1% against 17.5%) against 3.4% keeping the fastest (2 of
-#: 10), and 5 demo campaigns rescored so ranked at a leave-one-out tau of 0.879, 0.970,
-#: 1.000, 0.909, 0.909 against 0.879, 0.909, 0.939, 0.909, 0.939.
+#: most. On a 2-core Zen 5 VM (2026-11-28/29): the same configuration measured in several of
+#: 5 demo campaigns stored a figure whose standard deviation across them was a median 1.39%
+#: (largest 2.24%, 11 configurations) so, against 1.87% (largest 5.49%, 12) in 5 campaigns
+#: just before that kept the fastest; there, micro-batch 32 at 4 heads in bf16 stored 63,159
+#: and 65,230 tokens/s from processes whose reference read about 20% slow, 57,249-57,980 in
+#: the other three (57,142-58,838 in all 5 of the later). Those 5 later campaigns ranked at a
+#: leave-one-out tau of 0.939, 0.909, 0.909, 0.788, 0.970 (the 5 before: 0.848, 0.909,
+#: 0.939, 0.909, 0.939), all with the same best configuration. In
+#: ``benchmarks/measure_repeatability.py --processes 2 --whole-budget`` (10 configurations x
+#: 5 repeats, raw figures spread 5-37%), replayed over the same trials, the repeats spread a
+#: median 2.6% so (6 of 10 within 3%; dlrm's 4,096 batches with sparse gradients 3.4%
+#: against 17.5%) against 3.4% keeping the fastest (2 of 10), and in a second run 3.1% (5 of
+#: 10) against 3.8% (4 of 10).
 DEMO_KEEP = "drift_fit"
 
 
@@ -432,9 +439,11 @@ def run_demo(budget: int = 14, store: str | os.PathLike[str] = "data/demo.sqlite
           f"trials; store {store}; campaign {name!r}")
     print(f"default configuration (trial 1): {DEFAULT_CONFIG}")
     flop_cost, score_cost = cpu_fp32_flop_cost(), cpu_fp32_score_cost()
+    n, scaling = _max_threads(), cpu_thread_scaling()
+    threads = f", and {n} threads speed its matmuls up {n ** scaling:.2f}x" if n > 1 else ""
     print(f"cost model: {_costlier(flop_cost, 'FLOP')} here (this CPU's matmul rates), "
-          f"{_costlier(score_cost, 'attention score')} (its attention kernel's)")
-    prior = demo_prior(flop_cost, fp32_score_cost=score_cost)
+          f"{_costlier(score_cost, 'attention score')} (its attention kernel's){threads}")
+    prior = demo_prior(flop_cost, fp32_score_cost=score_cost, thread_scaling=scaling)
     search = BayesianSearch(space, objective="throughput", seed=seed, **prior)
     trial_store = TrialStore(store)
     camp = Campaign(name, space, workload="gpt", launcher=runner, searcher=search,
@@ -479,8 +488,8 @@ def run_demo(budget: int = 14, store: str | os.PathLike[str] = "data/demo.sqlite
     spread = df["process_spread"].dropna() if "process_spread" in df else []
     if len(spread):
         slopes = df["drift_slope"].dropna() if "drift_slope" in df else []
-        felt = (f", each corrected at the share of the machine's drift they felt together "
-                f"(median {slopes.median():.2f})" if len(slopes) else "")
+        felt = (f", corrected for the machine's drift by the share of it the two show the "
+                f"configuration felt (median {slopes.median():.2f})" if len(slopes) else "")
         print(f"each trial ran in {processes} fresh processes{felt}; their figures lay a "
               f"median {100 * spread.median():.1f}% apart (largest {100 * spread.max():.1f}%)")
     print(f"campaign took {elapsed:.0f} s; figure written to {fig_path}")

@@ -38,6 +38,17 @@ rose from a mean of 0.819 to 0.867 (0.8 or more in 9 of 10, against 7); pairs of
 single-process repeats spread a median 2.0% taking the faster against 2.8% for their
 geometric mean. ``keep="median"`` takes the median process (:func:`middle`: with an even count
 the geometric mean of the middle two), which with 3 or more also leaves out one that ran fast.
+``keep="drift_fit"`` combines every process (the geometric mean, as ``"median"`` does with
+two) and re-does their drift correction at the slope they show together: how much of the drift
+reference's move between the processes this configuration felt
+(:func:`~cubicml_lab.timing.figures.own_drift_slope`, shrunk towards the full correction where
+the references read alike; ``drift_slope`` records it). The full correction of one reference
+(``DRIFT_EXPONENT``) fits a configuration that feels the machine's moves as the reference does;
+one that feels less of them (on a 2-core Zen 5 VM, 2026-11-28, dlrm's embedding-bound
+configurations, slopes 0.56-0.78 across repeats) came out too fast from a process run while the
+reference read slow, and ``"fastest"`` then kept exactly that process: dlrm's 4,096 batches
+with sparse gradients spread 17.5% across 5 repeats so, and 3.4% replayed at each trial's own
+slope. It is the demo's rule (:data:`~cubicml_lab.demo.DEMO_KEEP` has the rest).
 Every rate and per-step figure (``throughput`` and its ``_raw`` and ``_corrected`` forms, step
 times, the reference speed, ...) comes from the kept processes, so ratios between figures stay
 as they were, and the contention flag and the worst waits are the largest of theirs. Over every
