@@ -236,7 +236,7 @@ import cubicml_lab as cml
 from cubicml_lab.demo import DEMO_KEEP
 from cubicml_lab.launch.repeated import KEEP
 from cubicml_lab.timing import DRIFT_EXPONENT
-from cubicml_lab.timing.figures import own_drift_slope
+from cubicml_lab.timing.figures import own_drift_fit
 
 CONFIGS = {
     "gpt": [
@@ -469,16 +469,14 @@ RULES = {"first alone": lambda v: v[0], "faster": max, "slower": min,
 
 def drift_fit(each: list[dict[str, Any]]) -> float:
     """The figure ``Repeated(keep="drift_fit")`` would keep: every process's raw figure
-    corrected at the slope they show together (``own_drift_slope``), geometric mean; NaN where
+    corrected at the slope they show together (``own_drift_fit``), geometric mean; NaN where
     a process lacks a raw or corrected figure (``throughput_corrected``, or ``throughput``
     where the json predates it)."""
-    raw = [p.get("throughput_raw", math.nan) for p in each]
     cor = [p.get("throughput_corrected", p.get("throughput", math.nan)) for p in each]
-    if not all(isinstance(x, (int, float)) and math.isfinite(x) and x > 0 for x in raw + cor):
+    fit = own_drift_fit([p.get("throughput_raw", math.nan) for p in each], cor)
+    if fit is None:
         return math.nan
-    shift = [math.log(c / r) / DRIFT_EXPONENT for c, r in zip(cor, raw)]
-    slope = own_drift_slope(raw, shift)
-    return math.exp(statistics.fmean(math.log(r) + slope * x for r, x in zip(raw, shift)))
+    return math.exp(statistics.fmean(math.log(c) for c in cor)) * fit[1]
 
 
 def report_rules(names: list[str], configs: dict[str, list[dict[str, Any]]],

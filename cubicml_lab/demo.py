@@ -70,8 +70,8 @@ DEMO_PROCESSES = 2
 #: (largest 2.24%, 11 configurations) so, against 1.87% (largest 5.49%, 12) in 5 campaigns
 #: just before that kept the fastest; there, micro-batch 32 at 4 heads in bf16 stored 63,159
 #: and 65,230 tokens/s from processes whose reference read about 20% slow, 57,249-57,980 in
-#: the other three (57,142-58,838 in all 5 of the later). Those 5 later campaigns ranked at a
-#: leave-one-out tau of 0.939, 0.909, 0.909, 0.788, 0.970 (the 5 before: 0.848, 0.909,
+#: the other three (57,142-58,838 in the 4 later ones that ran it). Those 5 later campaigns
+#: ranked at a leave-one-out tau of 0.939, 0.909, 0.909, 0.788, 0.970 (the 5 before: 0.848, 0.909,
 #: 0.939, 0.909, 0.939), all with the same best configuration. Interleaved with 5 campaigns of
 #: the code before (``benchmarks/ab_revisions.py --base 0ff4616 --demo 5``): 0.970, 0.879,
 #: 0.909, 0.848, 0.909 against 0.970, 0.879, 0.939, 0.879, 0.939 (5 of 5 each, the same best

@@ -192,7 +192,7 @@ store.close()
 # disturbs a process adds time, so the fastest is the least disturbed. `keep="median"` takes the
 # middle process. The demo passes `keep="drift_fit"`: both processes, each corrected for the
 # machine's drift by as much of it as the two show this configuration felt. Where the drift
-# reference moved between them, the fastest corrected figure is often the one over-corrected.
+# reference moved between them, the fastest corrected figure can be the one over-corrected.
 #
 # bf16 was 1.55x faster than fp32 at micro-batch 16 on this CPU, and full recomputation cost 17%.
 #

@@ -330,19 +330,16 @@ def middle(figures: list[float]) -> list[int]:
 def _at_own_drift_slope(metrics: dict[str, float], each: list[dict[str, float]]) -> None:
     """``keep="drift_fit"``: the combined figures (geometric means of every process's, whose
     drift-corrected ones each took all of its reference's move) re-corrected at the trial's
-    own drift slope (:func:`~cubicml_lab.timing.figures.own_drift_slope`, from the processes'
+    own drift slope (:func:`~cubicml_lab.timing.figures.own_drift_fit`, from the processes'
     raw figures and references), which ``drift_slope`` records; as they are (no
     ``drift_slope``) where a process was flagged or lacks a corrected figure."""
-    from ..timing.figures import DRIFT_EXPONENT, own_drift_slope
+    from ..timing.figures import own_drift_fit
 
-    raw = [float(m.get("throughput_raw", math.nan)) for m in each]
-    corrected = [float(m.get("throughput_corrected", math.nan)) for m in each]
-    if not all(math.isfinite(x) and x > 0 for x in raw + corrected) or any(
-            float(m.get("contended", 0.0)) > 0 for m in each):
+    fit = own_drift_fit([float(m.get("throughput_raw", math.nan)) for m in each],
+                        [float(m.get("throughput_corrected", math.nan)) for m in each])
+    if fit is None or any(float(m.get("contended", 0.0)) > 0 for m in each):
         return
-    shift = [math.log(c / r) / DRIFT_EXPONENT for c, r in zip(corrected, raw)]
-    slope = own_drift_slope(raw, shift)
-    factor = math.exp((slope - DRIFT_EXPONENT) * sum(shift) / len(shift))
+    slope, factor = fit
     rates, times = ["throughput_corrected"], ["step_time_corrected_s"]
     if metrics.get("drift_corrected") == 1.0:  # the default figures are the corrected ones
         rates += ["throughput", "throughput_per_device", "achieved_tflops", "mfu",

@@ -11,8 +11,8 @@ from functools import lru_cache
 
 __all__ = ["CONTENDED_LOG_VAR", "DRIFT_BOUNDS", "DRIFT_CORRECTED_DEFAULT", "DRIFT_EXPONENT",
            "DRIFT_PRIOR_SD", "REPEAT_LOG_SD", "Timing", "UNTRUSTED_LOG_VAR", "guard_metrics",
-           "median_rel_ci", "own_drift_slope", "quantile", "reference_metrics", "spread_rel_ci",
-           "summarize"]
+           "median_rel_ci", "own_drift_fit", "own_drift_slope", "quantile", "reference_metrics",
+           "spread_rel_ci", "summarize"]
 
 
 # ------------------------------------------------------------------------------ statistics
@@ -235,6 +235,26 @@ def own_drift_slope(raw: list[float], shift: list[float]) -> float:
     noise, prior = REPEAT_LOG_SD**2, DRIFT_PRIOR_SD**2
     b = (-sxy / noise + DRIFT_EXPONENT / prior) / (sxx / noise + 1.0 / prior)
     return min(max(b, DRIFT_BOUNDS[0]), DRIFT_BOUNDS[1])
+
+
+def own_drift_fit(raw: list[float], corrected: list[float]) -> tuple[float, float] | None:
+    """A trial's processes re-corrected at their own drift slope: ``(slope, factor)``, the
+    slope (:func:`own_drift_slope`, each process's shift ``log(corrected / raw)`` over
+    :data:`DRIFT_EXPONENT`) and the factor that takes the geometric mean of the ``corrected``
+    figures (each with all of its reference's move out) to that of the raw figures corrected at
+    the slope; None where a figure is missing, NaN or not positive.
+
+    Example:
+        >>> slope, factor = own_drift_fit([100.0, 130.0], [100.0 * math.exp(0.4), 130.0])
+        >>> round(slope, 3), round(factor, 3)
+        (0.666, 0.935)
+    """
+    if not all(isinstance(x, (int, float)) and math.isfinite(x) and x > 0
+               for x in [*raw, *corrected]):
+        return None
+    shift = [math.log(c / r) / DRIFT_EXPONENT for c, r in zip(corrected, raw)]
+    slope = own_drift_slope(raw, shift)
+    return slope, math.exp((slope - DRIFT_EXPONENT) * sum(shift) / len(shift))
 
 
 def reference_metrics(timing: Timing) -> dict[str, float]:
