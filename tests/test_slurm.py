@@ -3,7 +3,8 @@
 Exercised for real: a tiny gpt trial that ends ``ok`` (with the overhead of going through Slurm
 printed), one past its 1-minute time limit (``TIMEOUT`` -> ``timeout``; Slurm checks limits
 about every 30 s, so it ends after 60-90 s and runs in the background while the others run), one
-over its cgroup memory limit (``OUT_OF_MEMORY`` -> ``oom``) and one cancelled (``failed``).
+over its cgroup memory limit (``OUT_OF_MEMORY``, or ``FAILED`` by SIGKILL, -> ``oom``) and one
+cancelled (``failed``).
 Needs root and ``apt-get install slurm-wlm slurmdbd munge mariadb-server``; skipped otherwise.
 """
 
@@ -23,6 +24,7 @@ from test_launch import FAST, TINY
 
 from cubicml_lab.launch import Slurm
 from cubicml_lab.launch.describe import launcher_from_dict
+from cubicml_lab.launch.slurm import missed_oom
 from cubicml_lab.trials import TrialResult
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(300)]
@@ -108,8 +110,13 @@ def test_trial_over_its_memory_limit_ends_oom(cluster: SlurmCluster, jobs_folder
     res = Slurm(time_limit_min=5, folder=jobs_folder, mem_gib=0.5).run(spec)
     steps = res.hardware["slurm"]["steps"]
     assert res.status == "oom", (res.error, steps)
-    assert "OUT_OF_MEMORY" in steps.values() and res.metrics == {}
-    print(f"\nOOM job states: {steps}")
+    # Slurm records OUT_OF_MEMORY when its cgroup v1 OOM event wins the race with the step's end;
+    # when it loses (seen once in CI), the launcher reads the kill from sacct's exit codes or logs
+    evidence = res.hardware["slurm"].get("oom_evidence")
+    assert ("OUT_OF_MEMORY" in steps.values()) != bool(evidence), (steps, evidence)
+    assert res.metrics == {}
+    print(f"\nOOM job states: {steps}" + (f"; Slurm missed the OOM event: {evidence}"
+                                           if evidence else ""))
 
 
 def test_cancelled_trial_ends_failed(cluster: SlurmCluster, jobs_folder: Path) -> None:
@@ -123,6 +130,24 @@ def test_cancelled_trial_ends_failed(cluster: SlurmCluster, jobs_folder: Path) -
         res = future.result(timeout=60)
     assert res.status == "failed" and "CANCELLED" in res.error
     assert res.hardware["slurm"]["job_id"] == job_ids[0]
+
+
+def test_a_failed_job_is_oom_only_on_slurms_oom_notice_or_a_sigkill() -> None:
+    # the notice slurmstepd printed for a real OOM job of the test above
+    notice = ("slurmstepd-localhost: error: Detected 1 oom-kill event(s) in StepId=45919464.0. "
+              "Some of your processes may have been killed by the cgroup out-of-memory handler.")
+    why = missed_oom(f"loading\n{notice}\n", {"7": "1:0", "7.batch": "1:0", "7.0": "0:125"})
+    assert why is not None and "oom-kill event" in why
+    # Slurm missed the event: no notice, and the step died by signal 9 (as in CI's run)
+    why = missed_oom("srun: error: localhost: task 0: Killed\n",
+                     {"7": "1:0", "7.batch": "1:0", "7.0": "0:9"})
+    assert why is not None and "7.0" in why and "SIGKILL" in why
+    # a trial that crashed on its own, by an exception or a segfault, stays failed
+    assert missed_oom("Traceback (most recent call last):\nValueError: bad\n",
+                      {"7": "1:0", "7.batch": "1:0", "7.0": "1:0"}) is None
+    assert missed_oom("srun: error: localhost: task 0: Segmentation fault\n",
+                      {"7": "1:0", "7.batch": "1:0", "7.0": "0:11"}) is None
+    assert missed_oom("", {}) is None
 
 
 def test_describe_round_trips_and_bad_options_fail() -> None:

@@ -10,6 +10,9 @@ too), reading the job line *and* its steps, since under ``srun`` only step ``.0`
 
 * ``COMPLETED``: the trial's own result (``ok``, or ``oom``/``failed`` as the trial found);
 * ``OUT_OF_MEMORY`` (the job or any step; a cgroup memory limit, ``mem_gib``) -> ``oom``;
+  so is a ``FAILED`` job whose stderr holds slurmstepd's "oom-kill event" line or whose step was
+  killed by ``SIGKILL`` (sacct's ``ExitCode`` ``0:9``): Slurm's cgroup v1 OOM notice races the
+  step's end, and a kill it misses is recorded as ``FAILED``;
 * ``TIMEOUT`` (past ``time_limit_min``; Slurm checks limits about every 30 s) -> ``timeout``;
 * ``FAILED``, ``CANCELLED``, ``BOOT_FAIL``, ``DEADLINE`` -> ``failed`` with the logs' tail;
 * ``NODE_FAIL``, ``PREEMPTED`` -> submitted again, up to ``max_requeue`` times, then ``failed``.
@@ -37,6 +40,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
+import signal
 import subprocess
 import threading
 import time
@@ -56,6 +61,9 @@ _RUNNING = {"PENDING", "RUNNING", "REQUEUED", "RESIZING", "SUSPENDED", "COMPLETI
             "CONFIGURING", "REQUEUE_HOLD", "REQUEUE_FED", "SIGNALING", "STAGE_OUT", ""}
 _REQUEUE = {"NODE_FAIL", "PREEMPTED"}
 _TAIL_LINES = 40
+# what slurmstepd and srun print when the cgroup's out-of-memory killer ended a task
+_OOM_LINE = re.compile(r"oom-kill event|out of memory|exceeded (?:job|step) memory limit",
+                       re.IGNORECASE)
 _SACCT_PATIENCE_S = 300.0  # a job whose state sacct cannot tell for this long is an error
 RESULT_FILE = "cubicml_result.json"  # in the job's folder, written by task 0
 REQUEUED_FILE = "cubicml_requeued_as.json"  # in a failed job's folder: the job that replaced it
@@ -376,6 +384,12 @@ class Slurm(Launcher):
         if "OUT_OF_MEMORY" in states.values():
             return failed("oom", f"Slurm job {job_id} ran out of memory (mem_gib = "
                           f"{self.mem_gib})")
+        if state == "FAILED":
+            why = missed_oom(_stderr_tail(job), _sacct_states(job_id, "ExitCode") or {})
+            if why:
+                record["oom_evidence"] = why
+                return failed("oom", f"Slurm job {job_id} ran out of memory (mem_gib = "
+                              f"{self.mem_gib}); Slurm recorded FAILED, but {why}")
         if state == "TIMEOUT":
             return failed("timeout", f"Slurm job {job_id} passed its time limit of "
                           f"{self.time_limit_min} min")
@@ -396,10 +410,37 @@ class Slurm(Launcher):
                                                      "slurm": {**stamps, **record}})
 
 
-def _sacct_states(job_id: str) -> dict[str, str] | None:
-    """``{"123": "RUNNING", "123.batch": ..., "123.0": ...}`` from sacct; None if it fails."""
+def missed_oom(stderr_tail: str, exit_codes: dict[str, str]) -> str | None:
+    """Why a job that Slurm recorded as ``FAILED`` was ended by the out-of-memory killer after
+    all, or None.
+
+    Slurm's cgroup v1 plugin learns of an OOM kill from an event that races the step's end; when
+    it loses, the step is ``FAILED`` and slurmstepd may not print its notice. Two signs remain:
+    the notice itself in the job's stderr, and a step killed by ``SIGKILL`` (sacct's ``ExitCode``
+    ``exit:signal`` = ``0:9``), which is how the cgroup's killer ends a process. A time limit or
+    ``scancel`` also ends with SIGKILL, but Slurm records those as ``TIMEOUT``/``CANCELLED``, and
+    the trial never kills itself.
+
+    Args:
+        stderr_tail: The last lines of the job's stderr.
+        exit_codes: sacct's ``ExitCode`` by job and step id (``{"123": "1:0", "123.0": "0:9"}``).
+    """
+    for line in stderr_tail.splitlines():
+        if _OOM_LINE.search(line):
+            return f"its stderr says {line.strip()!r}"
+    killed = sorted(jid for jid, code in exit_codes.items()
+                    if code.partition(":")[2] == str(int(signal.SIGKILL)))
+    if killed:
+        return (f"{', '.join(killed)} ended by SIGKILL (sacct ExitCode 0:9), the cgroup "
+                "out-of-memory killer's signal")
+    return None
+
+
+def _sacct_states(job_id: str, field: str = "State") -> dict[str, str] | None:
+    """``{"123": "RUNNING", "123.batch": ..., "123.0": ...}`` from sacct (or another of its
+    fields, by job and step id); None if it fails."""
     try:
-        out = subprocess.run(["sacct", "-j", job_id, "-n", "-P", "-o", "JobID,State"],
+        out = subprocess.run(["sacct", "-j", job_id, "-n", "-P", "-o", f"JobID,{field}"],
                              capture_output=True, text=True, timeout=30, check=False)
     except (OSError, subprocess.SubprocessError):
         return None
@@ -410,6 +451,13 @@ def _sacct_states(job_id: str) -> dict[str, str] | None:
         jid, _, state = line.partition("|")
         states[jid.strip()] = (state.split() or [""])[0]  # "CANCELLED by 0" -> "CANCELLED"
     return states
+
+
+def _stderr_tail(job: Any) -> str:
+    path = Path(job.paths.stderr)
+    if not path.exists():
+        return ""
+    return "\n".join(path.read_text(errors="replace").splitlines()[-_TAIL_LINES:])
 
 
 def _tail(job: Any) -> str:
