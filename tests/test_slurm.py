@@ -11,6 +11,8 @@ Needs root and ``apt-get install slurm-wlm slurmdbd munge mariadb-server``; skip
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -106,6 +108,11 @@ def test_trial_through_slurm_ends_ok_with_metrics(cluster: SlurmCluster, jobs_fo
 
 
 def test_trial_over_its_memory_limit_ends_oom(cluster: SlurmCluster, jobs_folder: Path) -> None:
+    # A cgroup is charged for the page-cache pages its processes read first. Were torch's
+    # libraries not cached yet (a cold machine, this test alone), the job would be charged for
+    # them, and at its limit the kernel would drop and re-read their pages for minutes instead
+    # of killing it (seen once here after a reboot); importing torch out here caches them.
+    subprocess.run([sys.executable, "-c", "import torch"], check=True, timeout=120)
     spec = {"workload": "gpt", "config": BIG, "device": "cpu", "measure": FAST}
     res = Slurm(time_limit_min=5, folder=jobs_folder, mem_gib=0.5).run(spec)
     steps = res.hardware["slurm"]["steps"]
