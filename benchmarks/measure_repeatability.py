@@ -236,7 +236,8 @@ import cubicml_lab as cml
 from cubicml_lab.demo import DEMO_KEEP
 from cubicml_lab.launch.repeated import KEEP
 from cubicml_lab.timing import DRIFT_EXPONENT
-from cubicml_lab.timing.figures import own_drift_fit
+from cubicml_lab.timing.figures import (DRIFT_EXPONENT, drift_shifts, drift_slope_sums,
+                                       own_drift_fit, posterior_slope)
 
 CONFIGS = {
     "gpt": [
@@ -360,7 +361,9 @@ def measure_all(names: list[str], configs: dict[str, list[dict[str, Any]]], args
                          "contended", "contended_windows", "cpu_wait", "others_cpu", "cpu_steal",
                          "throughput_log_var", "reference_usual", "offstate_windows",
                          "drift_gated", "reference_samples", "throughput_rel_ci",
-                         "target_met", "process_spread")},
+                         "target_met", "process_spread", "drift_slope",
+                         "drift_slope_prior")},
+                     "drift_reference": hw.get("drift_reference"),
                      **{k: hw.get(k, math.nan) for k in (
                          "gpu_sm_clock_mhz_min", "gpu_sm_clock_mhz_median", "gpu_power_w_median",
                          "gpu_temperature_c_max", "gpu_samples")},
@@ -467,35 +470,67 @@ RULES = {"first alone": lambda v: v[0], "faster": max, "slower": min,
          "geometric mean": lambda v: math.exp(statistics.fmean(math.log(x) for x in v))}
 
 
-def drift_fit(each: list[dict[str, Any]]) -> float:
+def drift_fit(each: list[dict[str, Any]], prior: float | None = None) -> float:
     """The figure ``Repeated(keep="drift_fit")`` would keep: every process's raw figure
-    corrected at the slope they show together (``own_drift_fit``), geometric mean; NaN where
-    a process lacks a raw or corrected figure (``throughput_corrected``, or ``throughput``
-    where the json predates it)."""
+    corrected at the slope they show together (``own_drift_fit``, with a prior of mean
+    ``prior``, default ``DRIFT_EXPONENT``), geometric mean; NaN where a process lacks a raw or
+    corrected figure (``throughput_corrected``, or ``throughput`` where the json predates
+    it)."""
     cor = [p.get("throughput_corrected", p.get("throughput", math.nan)) for p in each]
-    fit = own_drift_fit([p.get("throughput_raw", math.nan) for p in each], cor)
+    fit = own_drift_fit([p.get("throughput_raw", math.nan) for p in each], cor,
+                        DRIFT_EXPONENT if prior is None else prior)
     if fit is None:
         return math.nan
     return math.exp(statistics.fmean(math.log(c) for c in cor)) * fit[1]
 
 
+def pooled_drift_fits(rows: list[dict[str, Any]]) -> dict[int, float]:
+    """``drift_fit`` of each clean trial (by its index in ``rows``) with the prior's mean
+    learned, in the order they ran, from the earlier trials of its workload and drift
+    reference, as one ``Repeated`` launcher pools them (rows from before the reference was
+    recorded: its workload and precision)."""
+    sums: dict[tuple[str, str], tuple[float, float]] = {}
+    out = {}
+    for j in sorted(range(len(rows)), key=lambda j: rows[j]["started"]):
+        x = rows[j]
+        if x["status"] != "ok" or x["contended"] or not x.get("each_process"):
+            continue
+        key = (x["workload"], x.get("drift_reference")
+               or x["knobs"].get("precision", "fp32"))
+        prior = posterior_slope(*sums[key]) if key in sums else None
+        out[j] = drift_fit(x["each_process"], prior)
+        raw = [p.get("throughput_raw", math.nan) for p in x["each_process"]]
+        shift = drift_shifts(raw, [p.get("throughput_corrected", p.get("throughput", math.nan))
+                                   for p in x["each_process"]])
+        if shift is not None and math.isfinite(out[j]):
+            sxx, sxy = drift_slope_sums(raw, shift)
+            old = sums.get(key, (0.0, 0.0))
+            sums[key] = (old[0] + sxx, old[1] + sxy)
+    return out
+
+
 def report_rules(names: list[str], configs: dict[str, list[dict[str, Any]]],
                  rows: list[dict[str, Any]]) -> None:
     """The spread across repeats each rule of :data:`RULES` would have given, replayed over
-    the unflagged trials whose every process has a figure."""
-    spreads: dict[str, list[float]] = {rule: [] for rule in [*RULES, "drift fit"]}
+    the unflagged trials whose every process has a figure; "drift fit" at each trial's own
+    slope alone, "pooled drift fit" with its prior learned from the earlier trials (the demo's
+    rule, ``Repeated(keep="drift_fit")``)."""
+    spreads: dict[str, list[float]] = {rule: [] for rule in [*RULES, "drift fit",
+                                                            "pooled drift fit"]}
+    pooled = pooled_drift_fits(rows)
     for name in names:
         for i in range(len(configs[name])):
-            each = [[p.get("throughput", math.nan) for p in x["each_process"]] for x in rows
-                    if x["workload"] == name and x["config"] == i and x["status"] == "ok"
-                    and not x["contended"] and x.get("each_process")]
-            fits = [drift_fit(x["each_process"]) for x in rows
-                    if x["workload"] == name and x["config"] == i and x["status"] == "ok"
-                    and not x["contended"] and x.get("each_process")]
+            clean = [j for j, x in enumerate(rows)
+                     if x["workload"] == name and x["config"] == i and x["status"] == "ok"
+                     and not x["contended"] and x.get("each_process")]
+            each = [[p.get("throughput", math.nan) for p in rows[j]["each_process"]]
+                    for j in clean]
             each = [v for v in each if all(math.isfinite(f) and f > 0 for f in v)]
             for rule, pick in RULES.items():
                 spreads[rule].append(rel_spread([pick(v) for v in each]))
-            spreads["drift fit"].append(rel_spread([f for f in fits if math.isfinite(f)]))
+            for rule, fits in (("drift fit", [drift_fit(rows[j]["each_process"]) for j in clean]),
+                               ("pooled drift fit", [pooled[j] for j in clean])):
+                spreads[rule].append(rel_spread([f for f in fits if math.isfinite(f)]))
     print("each trial's processes replayed (median spread of the stored figure across repeats, "
           "configs within 3%): " + "; ".join(
               f"{rule} {100 * median([s for s in v if math.isfinite(s)]):.1f}% "

@@ -813,6 +813,64 @@ def test_drift_fit_redoes_the_correction_at_the_slope_the_trials_own_processes_s
     assert Repeated(keep="drift_fit").keep == "drift_fit"
 
 
+class _Recorded(Launcher):
+    """Hands back process results given in advance, one per run: the figures of processes
+    whose references read what a test needs, which a real trial cannot be made to read."""
+
+    def __init__(self, results: list[TrialResult]) -> None:
+        self.results = list(results)
+
+    def run(self, spec: dict, *, on_start=None) -> TrialResult:  # type: ignore[no-untyped-def]
+        return self.results.pop(0)
+
+    def describe(self) -> dict:
+        return {"kind": "recorded"}
+
+
+def test_drift_fit_learns_the_slope_of_a_workloads_trials_for_one_whose_references_agree() -> None:
+    """A configuration at 100/s that feels half of its reference's moves (slope 0.5). Two
+    trials whose processes read their references apart show that; a third ran both processes
+    while the reference read 18% slow (shift 0.2), which alone says nothing of the slope: the
+    full correction puts it 10% high, the slope its launcher learned puts it within 1%."""
+    from cubicml_lab.timing.figures import posterior_slope
+
+    def proc(shift: float, contended: float = 0.0, reference: str = "mlp rows=256",
+             workload: str = "gpt") -> TrialResult:
+        raw = 100.0 * math.exp(-0.5 * shift)
+        fig = raw * math.exp(shift)
+        return replace(_result(fig, throughput_raw=raw, throughput_corrected=fig,
+                               drift_corrected=1.0, contended=contended),
+                       hardware={"drift_reference": reference}, workload=workload)
+
+    spec = {**TINY_SPEC, "workload": "gpt"}
+    trials = [(0.3, 0.0), (0.0, 0.25), (0.2, 0.2)]
+    launcher = Repeated(_Recorded([proc(x) for t in trials for x in t]), keep="drift_fit",
+                        share_budget=False)
+    first, second, third = (launcher.run(spec) for _ in trials)
+    assert first.metrics["drift_slope_prior"] == 1.0  # nothing learned yet
+    learned = second.metrics["drift_slope_prior"]
+    assert 0.5 < learned < 0.6 and learned == pytest.approx(first.metrics["drift_slope"])
+    assert third.metrics["drift_slope_prior"] < learned  # both trials pooled
+    assert third.metrics["drift_slope"] == pytest.approx(third.metrics["drift_slope_prior"])
+    assert third.metrics["throughput"] == pytest.approx(100.0, rel=0.01)
+    alone = combine([proc(0.2), proc(0.2)], keep="drift_fit").metrics  # with no history
+    assert alone["throughput"] == pytest.approx(100.0 * math.exp(0.1))
+    slopes = launcher.drift_slopes()
+    assert list(slopes) == [("gpt", "mlp rows=256")] and slopes[("gpt", "mlp rows=256")] < 0.6
+    # another reference, or another workload, learns apart; a flagged trial teaches nothing
+    other = [proc(0.0, reference="mlp bf16 rows=256"), proc(0.3, reference="mlp bf16 rows=256"),
+             proc(0.3, contended=1.0), proc(0.0)]
+    launcher.launcher = _Recorded(other)
+    bf16 = launcher.run(spec)
+    assert bf16.metrics["drift_slope_prior"] == 1.0
+    flagged = launcher.run(spec)
+    assert "drift_slope" not in flagged.metrics
+    assert launcher.drift_slopes()[("gpt", "mlp rows=256")] == slopes[("gpt", "mlp rows=256")]
+    assert set(launcher.drift_slopes()) == {("gpt", "mlp rows=256"),
+                                            ("gpt", "mlp bf16 rows=256")}
+    assert posterior_slope(0.0, 0.0) == 1.0
+
+
 def test_by_default_a_trial_keeps_its_fastest_process() -> None:
     slow = _result(90.0, throughput_raw=80.0, step_time_s=0.5, steps_timed=9.0, contended=1.0,
                    throughput_rel_ci=0.05, throughput_log_var=0.004, peak_mem_gib=2.0)

@@ -49,6 +49,18 @@ configurations, slopes 0.56-0.78 across repeats) came out too fast from a proces
 reference read slow, and ``"fastest"`` then kept exactly that process: dlrm's 4,096 batches
 with sparse gradients spread 17.5% across 5 repeats so, and 3.4% replayed at each trial's own
 slope. It is the demo's rule (:data:`~cubicml_lab.demo.DEMO_KEEP` has the rest).
+Where a trial's processes read their references alike (a whole trial run while the machine was
+slow, or fast), they cannot tell its slope, and the full correction over- or under-corrects a
+configuration that feels less of the move. So a ``Repeated`` launcher pools what its earlier
+trials showed: configurations of one workload gauged by the same reference
+(``hardware["drift_reference"]``) feel the machine alike, so their
+:func:`~cubicml_lab.timing.figures.drift_slope_sums` add up, and the slope they give is the mean
+of the next trial's prior instead of ``DRIFT_EXPONENT`` (``drift_slope_prior`` records it; the
+pool lives as long as the launcher, one campaign's). Replayed in run order over three
+repeatability runs of 50 trials on the Zen 5 VM (2026-11-29), the median spread across repeats
+of the 9 configurations of 20 ms or more went from 2.8/3.6/2.6% to 2.0/3.5/2.4% (within 3%: 5/4/5
+to 7/4/8 of 9); the pooled slopes were 1.07-1.16 for gpt in fp32, 0.59-0.71 in bf16 and
+0.56-0.82 for dlrm.
 Every rate and per-step figure (``throughput`` and its ``_raw`` and ``_corrected`` forms, step
 times, the reference speed, ...) comes from the kept processes, so ratios between figures stay
 as they were, and the contention flag and the worst waits are the largest of theirs. Over every
@@ -74,6 +86,7 @@ Example:
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Callable
 from dataclasses import asdict, replace
 from typing import TYPE_CHECKING, Any
@@ -149,6 +162,17 @@ class Repeated(Launcher):
                               hint='e.g. Repeated(Subprocess(), processes=2, keep="median")')
         self.launcher, self.processes, self.share_budget = launcher, processes, share_budget
         self.keep, self.skip_long_steps = keep, skip_long_steps
+        # keep="drift_fit": (sxx, sxy) of the earlier trials by (workload, drift reference)
+        self._drift_sums: dict[tuple[str, str], tuple[float, float]] = {}
+        self._lock = threading.Lock()
+
+    def drift_slopes(self) -> dict[tuple[str, str], float]:
+        """The drift slope each (workload, drift reference) showed over this launcher's
+        trials so far (``keep="drift_fit"``): the prior mean its next trial gets."""
+        from ..timing.figures import posterior_slope
+
+        with self._lock:
+            return {key: posterior_slope(*sums) for key, sums in self._drift_sums.items()}
 
     @property
     def world_size(self) -> int:
@@ -192,7 +216,14 @@ class Repeated(Launcher):
             results.append(res)
             if self.skip_long_steps and steps_too_long(res.metrics, options):
                 break
-        out = combine(results, records, keep=self.keep)
+        key = (str(spec.get("workload")), str(results[0].hardware.get("drift_reference")))
+        prior = self.drift_slopes().get(key) if self.keep == "drift_fit" else None
+        out = combine(results, records, keep=self.keep, drift_prior=prior)
+        sums = drift_sums(out, results) if self.keep == "drift_fit" else None
+        if sums is not None:
+            with self._lock:
+                old = self._drift_sums.get(key, (0.0, 0.0))
+                self._drift_sums[key] = (old[0] + sums[0], old[1] + sums[1])
         if len(results) < self.processes:
             out.hardware["processes_skipped"] = self.processes - len(results)
         return out
@@ -244,11 +275,26 @@ def steps_too_long(metrics: dict[str, float], options: MeasureOptions) -> bool:
     return math.isfinite(step_s) and options.min_steps * step_s > options.max_time_s
 
 
+def drift_sums(out: TrialResult, results: list[TrialResult]) -> tuple[float, float] | None:
+    """What a combined trial adds to its launcher's pool of drift slopes: the
+    :func:`~cubicml_lab.timing.figures.drift_slope_sums` of its processes; None where its
+    drift correction was not re-done (a process flagged, a figure missing)."""
+    from ..timing.figures import drift_shifts, drift_slope_sums
+
+    if "drift_slope" not in out.metrics:
+        return None
+    raw = [float(r.metrics.get("throughput_raw", math.nan)) for r in results]
+    shift = drift_shifts(raw, [float(r.metrics.get("throughput_corrected", math.nan))
+                               for r in results])
+    return None if shift is None else drift_slope_sums(raw, shift)
+
+
 def combine(results: list[TrialResult], records: list[dict[str, Any]] | None = None,
-            keep: str = "fastest") -> TrialResult:
+            keep: str = "fastest", drift_prior: float | None = None) -> TrialResult:
     """One result from ok results of the same trial in separate processes (module doc);
     ``records``: each process's start record (pid, start time), where the launcher gave one;
-    ``keep``: whose figures the result carries (:data:`KEEP`)."""
+    ``keep``: whose figures the result carries (:data:`KEEP`); ``drift_prior``: the mean of the
+    drift slope's prior for ``keep="drift_fit"`` (None: ``DRIFT_EXPONENT``)."""
     from ..trials import TrialResult
 
     n = len(results)
@@ -282,7 +328,7 @@ def combine(results: list[TrialResult], records: list[dict[str, Any]] | None = N
         else:
             metrics[name] = sum(xs) / k
     if keep == "drift_fit":
-        _at_own_drift_slope(metrics, [r.metrics for r in results])
+        _at_own_drift_slope(metrics, [r.metrics for r in results], drift_prior)
     if all(math.isfinite(x) and x > 0 for x in figures) and "throughput" in metrics:
         metrics["process_spread"] = (max(figures) - min(figures)) / metrics["throughput"]
     metrics["processes"] = float(n)
@@ -327,16 +373,19 @@ def middle(figures: list[float]) -> list[int]:
     return order[(n - 1) // 2: n // 2 + 1]
 
 
-def _at_own_drift_slope(metrics: dict[str, float], each: list[dict[str, float]]) -> None:
+def _at_own_drift_slope(metrics: dict[str, float], each: list[dict[str, float]],
+                        prior: float | None = None) -> None:
     """``keep="drift_fit"``: the combined figures (geometric means of every process's, whose
     drift-corrected ones each took all of its reference's move) re-corrected at the trial's
     own drift slope (:func:`~cubicml_lab.timing.figures.own_drift_fit`, from the processes'
-    raw figures and references), which ``drift_slope`` records; as they are (no
+    raw figures and references, with a prior of mean ``prior``, default ``DRIFT_EXPONENT``),
+    which ``drift_slope`` records, and the prior's mean ``drift_slope_prior``; as they are (no
     ``drift_slope``) where a process was flagged or lacks a corrected figure."""
-    from ..timing.figures import own_drift_fit
+    from ..timing.figures import DRIFT_EXPONENT, own_drift_fit
 
+    prior = DRIFT_EXPONENT if prior is None else prior
     fit = own_drift_fit([float(m.get("throughput_raw", math.nan)) for m in each],
-                        [float(m.get("throughput_corrected", math.nan)) for m in each])
+                        [float(m.get("throughput_corrected", math.nan)) for m in each], prior)
     if fit is None or any(float(m.get("contended", 0.0)) > 0 for m in each):
         return
     slope, factor = fit
@@ -348,7 +397,7 @@ def _at_own_drift_slope(metrics: dict[str, float], each: list[dict[str, float]])
     for name in rates + times:
         if name in metrics:
             metrics[name] = metrics[name] * factor if name in rates else metrics[name] / factor
-    metrics["drift_slope"] = slope
+    metrics["drift_slope"], metrics["drift_slope_prior"] = slope, prior
 
 
 def every(figures: list[float]) -> list[int]:

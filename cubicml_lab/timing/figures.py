@@ -10,8 +10,9 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 __all__ = ["CONTENDED_LOG_VAR", "DRIFT_BOUNDS", "DRIFT_CORRECTED_DEFAULT", "DRIFT_EXPONENT",
-           "DRIFT_PRIOR_SD", "REPEAT_LOG_SD", "Timing", "UNTRUSTED_LOG_VAR", "guard_metrics",
-           "median_rel_ci", "own_drift_fit", "own_drift_slope", "quantile", "reference_metrics",
+           "DRIFT_PRIOR_SD", "REPEAT_LOG_SD", "Timing", "UNTRUSTED_LOG_VAR", "drift_shifts",
+           "drift_slope_sums", "guard_metrics", "median_rel_ci", "own_drift_fit",
+           "own_drift_slope", "posterior_slope", "quantile", "reference_metrics",
            "spread_rel_ci", "summarize"]
 
 
@@ -213,14 +214,45 @@ def guard_metrics(timing: Timing) -> dict[str, float]:
                 f.get("cpu_steal", math.nan))), default=math.nan)}
 
 
-def own_drift_slope(raw: list[float], shift: list[float]) -> float:
+def drift_slope_sums(raw: list[float], shift: list[float]) -> tuple[float, float]:
+    """What one trial's processes say of its drift slope: ``(sxx, sxy)``, the sums of squares
+    and cross-products about their means of ``shift_i`` and ``log raw_i`` (see
+    :func:`own_drift_slope`). Sums from trials that share a slope add up; a trial whose
+    processes' references read alike adds ``sxx`` near 0: nothing.
+
+    Example:
+        >>> [round(x, 4) for x in drift_slope_sums([100.0, 130.0], [0.4, 0.0])]
+        [0.08, -0.0525]
+    """
+    n = len(raw)
+    ms, my = sum(shift) / n, sum(math.log(r) for r in raw) / n
+    return (sum((x - ms) ** 2 for x in shift),
+            sum((x - ms) * (math.log(r) - my) for x, r in zip(shift, raw)))
+
+
+def posterior_slope(sxx: float, sxy: float, prior_mean: float = DRIFT_EXPONENT) -> float:
+    """The slope ``b`` of ``log raw = a - b * shift`` that :func:`drift_slope_sums` ``(sxx,
+    sxy)`` give: its posterior mean under a normal prior of mean ``prior_mean`` and sd
+    :data:`DRIFT_PRIOR_SD`, each log figure carrying :data:`REPEAT_LOG_SD` of noise of its own;
+    within :data:`DRIFT_BOUNDS`.
+
+    Example:
+        >>> round(posterior_slope(0.0, 0.0, prior_mean=0.6), 3)  # no evidence: the prior
+        0.6
+    """
+    noise, prior = REPEAT_LOG_SD**2, DRIFT_PRIOR_SD**2
+    b = (-sxy / noise + prior_mean / prior) / (sxx / noise + 1.0 / prior)
+    return min(max(b, DRIFT_BOUNDS[0]), DRIFT_BOUNDS[1])
+
+
+def own_drift_slope(raw: list[float], shift: list[float],
+                    prior_mean: float = DRIFT_EXPONENT) -> float:
     """How much of the drift reference's moves one configuration feels, from its repeats in
     fresh processes: the slope ``b`` of ``log raw_i = a - b * shift_i`` (``raw_i`` a process's
-    raw figure, ``shift_i`` its ``log(nominal / reference speed)``), its posterior mean under a
-    normal prior of mean :data:`DRIFT_EXPONENT` and sd :data:`DRIFT_PRIOR_SD`, each process's
-    log figure carrying :data:`REPEAT_LOG_SD` of noise of its own; within :data:`DRIFT_BOUNDS`.
-    Processes whose references read alike say little and leave it near the prior; two whose
-    references were 30% apart set it.
+    raw figure, ``shift_i`` its ``log(nominal / reference speed)``), :func:`posterior_slope` of
+    their :func:`drift_slope_sums`, with a prior of mean ``prior_mean`` (default
+    :data:`DRIFT_EXPONENT`: the full correction). Processes whose references read alike say
+    little and leave it near the prior; two whose references were 30% apart set it.
 
     Example:
         >>> round(own_drift_slope([100.0, 100.0], [0.0, 0.0]), 3)  # no move: the prior's mean
@@ -228,32 +260,36 @@ def own_drift_slope(raw: list[float], shift: list[float]) -> float:
         >>> round(own_drift_slope([100.0, 130.0], [0.4, 0.0]), 3)  # 0.4 of reference, 0.26 felt
         0.666
     """
-    n = len(raw)
-    ms, my = sum(shift) / n, sum(math.log(r) for r in raw) / n
-    sxx = sum((x - ms) ** 2 for x in shift)
-    sxy = sum((x - ms) * (math.log(r) - my) for x, r in zip(shift, raw))
-    noise, prior = REPEAT_LOG_SD**2, DRIFT_PRIOR_SD**2
-    b = (-sxy / noise + DRIFT_EXPONENT / prior) / (sxx / noise + 1.0 / prior)
-    return min(max(b, DRIFT_BOUNDS[0]), DRIFT_BOUNDS[1])
+    return posterior_slope(*drift_slope_sums(raw, shift), prior_mean=prior_mean)
 
 
-def own_drift_fit(raw: list[float], corrected: list[float]) -> tuple[float, float] | None:
+def drift_shifts(raw: list[float], corrected: list[float]) -> list[float] | None:
+    """Each process's shift ``log(corrected / raw)`` over :data:`DRIFT_EXPONENT` (its
+    correction's ``log(nominal / reference speed)``); None where a figure is missing, NaN or not
+    positive."""
+    if not all(isinstance(x, (int, float)) and math.isfinite(x) and x > 0
+               for x in [*raw, *corrected]):
+        return None
+    return [math.log(c / r) / DRIFT_EXPONENT for c, r in zip(corrected, raw)]
+
+
+def own_drift_fit(raw: list[float], corrected: list[float],
+                  prior_mean: float = DRIFT_EXPONENT) -> tuple[float, float] | None:
     """A trial's processes re-corrected at their own drift slope: ``(slope, factor)``, the
-    slope (:func:`own_drift_slope`, each process's shift ``log(corrected / raw)`` over
-    :data:`DRIFT_EXPONENT`) and the factor that takes the geometric mean of the ``corrected``
-    figures (each with all of its reference's move out) to that of the raw figures corrected at
-    the slope; None where a figure is missing, NaN or not positive.
+    slope (:func:`own_drift_slope` of their :func:`drift_shifts`, with a prior of mean
+    ``prior_mean``) and the factor that takes the geometric mean of the ``corrected`` figures
+    (each with all of its reference's move out) to that of the raw figures corrected at the
+    slope; None where a figure is missing, NaN or not positive.
 
     Example:
         >>> slope, factor = own_drift_fit([100.0, 130.0], [100.0 * math.exp(0.4), 130.0])
         >>> round(slope, 3), round(factor, 3)
         (0.666, 0.935)
     """
-    if not all(isinstance(x, (int, float)) and math.isfinite(x) and x > 0
-               for x in [*raw, *corrected]):
+    shift = drift_shifts(raw, corrected)
+    if shift is None:
         return None
-    shift = [math.log(c / r) / DRIFT_EXPONENT for c, r in zip(corrected, raw)]
-    slope = own_drift_slope(raw, shift)
+    slope = own_drift_slope(raw, shift, prior_mean)
     return slope, math.exp((slope - DRIFT_EXPONENT) * sum(shift) / len(shift))
 
 
