@@ -213,6 +213,18 @@ state, which give no slope of their own (sparse gradients' 124,186 samples/s aga
 the faster 2.6%, the geometric mean 3.4%, the slower 4.7%. So at or under 3% in 1 of the 2 runs
 of this rule (2 of 3 with run 1 replayed), and below the faster process's figure in all 3.
 
+Against those whole-trial excursions the launcher now pools the slopes its earlier trials of
+the same workload and drift reference showed, as the mean of the next trial's prior
+(``pooled drift fit``; 2026-11-29). Replayed over the 3 runs above: 1.9%, 3.1%, 2.6% (8, 5 and 8
+of 10 within 3%) against drift fit's 2.6%, 3.1%, 2.5% (6, 5, 6). With it the default (02:31
+UTC, the same command, none of 50 flagged): **2.5%, 5 of 9 within 3%**, 10.3 s per
+measurement (**max 20.4**); replayed, drift fit 2.1%, the faster 1.6%, the geometric mean
+1.6%. The median of 9-10 ranges (max - min of 5) moves a lot from run to run, so the replay
+also prints the standard deviation of each log figure about its configuration's mean, pooled
+over the configurations of 20 ms or more: per run, pooled drift fit 1.27, 1.58, 0.97 and 1.20%
+against drift fit's 1.76, 1.82, 1.38 and 1.18%; pooled over all 4 runs' ``--json`` rows, 1.27%
+against 1.56%, the geometric mean 2.40%, the faster 2.83%, the first process alone 2.86%.
+
 ``--compare-wait`` measures each workload's first configuration under several OpenMP wait
 settings, idle and beside one busy process per core (guard off), to see what each costs idle
 and how gracefully each degrades.
@@ -517,6 +529,7 @@ def report_rules(names: list[str], configs: dict[str, list[dict[str, Any]]],
     rule, ``Repeated(keep="drift_fit")``)."""
     spreads: dict[str, list[float]] = {rule: [] for rule in [*RULES, "drift fit",
                                                             "pooled drift fit"]}
+    sums: dict[str, list[float]] = {rule: [0.0, 0.0] for rule in spreads}  # (ss, df) of logs
     pooled = pooled_drift_fits(rows)
     for name in names:
         for i in range(len(configs[name])):
@@ -526,15 +539,30 @@ def report_rules(names: list[str], configs: dict[str, list[dict[str, Any]]],
             each = [[p.get("throughput", math.nan) for p in rows[j]["each_process"]]
                     for j in clean]
             each = [v for v in each if all(math.isfinite(f) and f > 0 for f in v)]
-            for rule, pick in RULES.items():
-                spreads[rule].append(rel_spread([pick(v) for v in each]))
-            for rule, fits in (("drift fit", [drift_fit(rows[j]["each_process"]) for j in clean]),
-                               ("pooled drift fit", [pooled[j] for j in clean])):
-                spreads[rule].append(rel_spread([f for f in fits if math.isfinite(f)]))
+            long = median([rows[j]["step_time_s"] for j in clean] or [math.nan]) >= 0.02
+            figures = {rule: [pick(v) for v in each] for rule, pick in RULES.items()}
+            figures["drift fit"] = [drift_fit(rows[j]["each_process"]) for j in clean]
+            figures["pooled drift fit"] = [pooled[j] for j in clean]
+            for rule, fits in figures.items():
+                logs = [math.log(f) for f in fits if math.isfinite(f) and f > 0]
+                spreads[rule].append(rel_spread([math.exp(x) for x in logs]))
+                if long and len(logs) > 1:
+                    mean = statistics.fmean(logs)
+                    sums[rule][0] += sum((x - mean) ** 2 for x in logs)
+                    sums[rule][1] += len(logs) - 1
     print("each trial's processes replayed (median spread of the stored figure across repeats, "
-          "configs within 3%): " + "; ".join(
+          "configs within 3%; the standard deviation of its log about each configuration's "
+          "mean, pooled over the configurations of 20 ms or more, which spreads less from run "
+          "to run): " + "; ".join(
               f"{rule} {100 * median([s for s in v if math.isfinite(s)]):.1f}% "
-              f"({sum(s <= 0.03 for s in v)}/{len(v)})" for rule, v in spreads.items()))
+              f"({sum(s <= 0.03 for s in v)}/{len(v)}; sd {100 * pooled_sd(*sums[rule]):.2f}%)"
+              for rule, v in spreads.items()))
+
+
+def pooled_sd(ss: float, df: float) -> float:
+    """The standard deviation from a pooled sum of squares and its degrees of freedom; NaN
+    where there are none."""
+    return math.sqrt(ss / df) if df > 0 else math.nan
 
 
 def drift_slope(ok: list[dict[str, Any]]) -> tuple[float, float]:

@@ -193,6 +193,10 @@ store.close()
 # middle process. The demo passes `keep="drift_fit"`: both processes, each corrected for the
 # machine's drift by as much of it as the two show this configuration felt. Where the drift
 # reference moved between them, the fastest corrected figure can be the one over-corrected.
+# Where it did not (both ran while the machine was slow), the trial takes the slope the
+# launcher's earlier trials of the same workload and reference showed (`drift_slope_prior`).
+# In three repeatability runs on a 2-core Zen 5 VM, gpt felt 1.07-1.16 of the fp32 reference's
+# moves and 0.59-0.71 of the bf16 one's; dlrm 0.56-0.82 of its own reference's.
 #
 # bf16 was 1.55x faster than fp32 at micro-batch 16 on this CPU, and full recomputation cost 17%.
 #
