@@ -453,11 +453,15 @@ def _sacct_states(job_id: str, field: str = "State") -> dict[str, str] | None:
     return states
 
 
-def _stderr_tail(job: Any) -> str:
-    path = Path(job.paths.stderr)
+def _last_lines(path: Path) -> str | None:
+    """The last :data:`_TAIL_LINES` lines of a log; None where it does not exist."""
     if not path.exists():
-        return ""
+        return None
     return "\n".join(path.read_text(errors="replace").splitlines()[-_TAIL_LINES:])
+
+
+def _stderr_tail(job: Any) -> str:
+    return _last_lines(Path(job.paths.stderr)) or ""
 
 
 def _tail(job: Any) -> str:
@@ -465,7 +469,7 @@ def _tail(job: Any) -> str:
     parts = []
     for name in ("stderr", "stdout"):
         path = Path(getattr(job.paths, name))
-        if path.exists():
-            lines = path.read_text(errors="replace").splitlines()[-_TAIL_LINES:]
-            parts.append(f"--- {name} ({path}) ---\n" + "\n".join(lines))
+        lines = _last_lines(path)
+        if lines is not None:
+            parts.append(f"--- {name} ({path}) ---\n{lines}")
     return "\n".join(parts) or "(no logs)"
