@@ -223,7 +223,10 @@ measurement (**max 20.4**); replayed, drift fit 2.1%, the faster 1.6%, the geome
 also prints the standard deviation of each log figure about its configuration's mean, pooled
 over the configurations of 20 ms or more: per run, pooled drift fit 1.27, 1.58, 0.97 and 1.20%
 against drift fit's 1.76, 1.82, 1.38 and 1.18%; pooled over all 4 runs' ``--json`` rows, 1.27%
-against 1.56%, the geometric mean 2.40%, the faster 2.83%, the first process alone 2.86%.
+against 1.56%, the geometric mean 2.40%, the faster 2.83%, the first process alone 2.86%. A
+fifth run (03:45 UTC, pooled drift fit the default, none of 50 flagged, raw figures spread
+10.8%): **2.6%, 7 of 9 within 3%**, 11.7 s per measurement (max 25.3); sd 1.47% against drift
+fit's 2.27% and the faster's 3.43%. Over all 5 runs: 1.31% against 1.72%, 2.55%, 2.96%, 3.00%.
 
 ``--compare-wait`` measures each workload's first configuration under several OpenMP wait
 settings, idle and beside one busy process per core (guard off), to see what each costs idle

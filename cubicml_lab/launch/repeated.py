@@ -57,10 +57,10 @@ trials showed: configurations of one workload gauged by the same reference
 :func:`~cubicml_lab.timing.figures.drift_slope_sums` add up, and the slope they give is the mean
 of the next trial's prior instead of ``DRIFT_EXPONENT`` (``drift_slope_prior`` records it; the
 pool lives as long as the launcher, one campaign's). On the Zen 5 VM (2026-11-29), over the
-trials of 4 runs of ``benchmarks/measure_repeatability.py --processes 2 --whole-budget`` (5
+trials of 5 runs of ``benchmarks/measure_repeatability.py --processes 2 --whole-budget`` (5
 repeats of 10 configurations), replayed in run order where they ran before it, a stored figure
-lay a standard deviation of 1.27% from its configuration's mean so, against 1.56% at each
-trial's own slope and 2.83% keeping the faster process (configurations of 20 ms or more); the
+lay a standard deviation of 1.31% from its configuration's mean so, against 1.72% at each
+trial's own slope and 2.96% keeping the faster process (configurations of 20 ms or more); the
 pooled slopes of the first 3 runs were 1.07-1.16 for gpt in fp32, 0.59-0.71 in bf16 and
 0.56-0.82 for dlrm.
 Every rate and per-step figure (``throughput`` and its ``_raw`` and ``_corrected`` forms, step
