@@ -23,7 +23,7 @@ if [ "$what" != repeat ]; then
   timeout "$TESTS_TIMEOUT" $PY -m pytest -p no:cacheprovider -m gpu -s -rs -q --durations=0 tests/test_gpu.py tests/test_timing.py 2>&1 | tee "$OUT/gpu_tests.log" | tail -40
 fi
 if [ "$what" != tests ]; then
-  timeout "$REPEAT_TIMEOUT" $PY benchmarks/measure_repeatability.py --device cuda --repeats "$repeats" --max-time-s 3 \
+  timeout "$REPEAT_TIMEOUT" $PY benchmarks/measure_repeatability.py --device cuda --processes 1 --repeats "$repeats" --max-time-s 3 \
     --json "$OUT/gpu_repeat.json" > "$OUT/gpu_repeat.log" 2> "$OUT/gpu_repeat.err"
   echo "repeatability rc $?"; tail -5 "$OUT/gpu_repeat.err"; cat "$OUT/gpu_repeat.log"
 fi

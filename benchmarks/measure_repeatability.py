@@ -35,14 +35,23 @@ before it are the idle values; for the others it prints how many were flagged
 none more than 10% off).
 
 Run (after ``cat /proc/loadavg``: the machine should be otherwise idle):
-    .venv/bin/python benchmarks/measure_repeatability.py                  # gpt and dlrm, ~8 min
-    .venv/bin/python benchmarks/measure_repeatability.py --load           # ~12 min
-    .venv/bin/python benchmarks/measure_repeatability.py --quick          # 3 configs x 3, ~2 min
-    .venv/bin/python benchmarks/measure_repeatability.py --processes 1 2  # both, ~26 min
-    .venv/bin/python benchmarks/measure_repeatability.py --processes 2 --whole-budget  # ~12 min
+    .venv/bin/python benchmarks/measure_repeatability.py                  # gpt and dlrm, ~12 min
+    .venv/bin/python benchmarks/measure_repeatability.py --load           # ~13 min
+    .venv/bin/python benchmarks/measure_repeatability.py --quick          # 3 configs x 3, ~4 min
+    .venv/bin/python benchmarks/measure_repeatability.py --processes 1    # one process, ~8 min
+    .venv/bin/python benchmarks/measure_repeatability.py --processes 1 2 --no-whole-budget  # ~26
+    # min: one process against 2 sharing its budget
     .venv/bin/python benchmarks/measure_repeatability.py --env OMP_WAIT_POLICY=ACTIVE  # compare
     .venv/bin/python benchmarks/measure_repeatability.py --compare-wait --repeats 2  # ~5 min
-    python3 benchmarks/measure_repeatability.py --device cuda --repeats 3 --max-time-s 3  # GPU
+    # on a GPU, one process a measurement, 3 s of steps:
+    python3 benchmarks/measure_repeatability.py --device cuda --processes 1 --repeats 3 \
+        --max-time-s 3
+
+By default (since 2026-11-29) a measurement is what a demo trial is: ``DEMO_PROCESSES`` (2) fresh
+processes, each with the whole timing budget, combined by ``DEMO_KEEP``, through one
+``Repeated`` launcher for the run (so its drift slopes pool as a campaign's do); before, the
+default was one process, and the runs below that name ``--processes 2 --whole-budget`` asked
+for what is now the default.
 
 ``--device cuda`` measures ``GPU_CONFIGS`` instead (steps of 5-80 ms on an H200), timed with CUDA
 events under the throttle guard, with no CPU reference (every drift column is NaN); on one H200,
@@ -248,7 +257,7 @@ import time
 from typing import Any
 
 import cubicml_lab as cml
-from cubicml_lab.demo import DEMO_KEEP
+from cubicml_lab.demo import DEMO_KEEP, DEMO_PROCESSES
 from cubicml_lab.launch.repeated import KEEP
 from cubicml_lab.timing import DRIFT_EXPONENT
 from cubicml_lab.timing.figures import (DRIFT_EXPONENT, drift_shifts, drift_slope_sums,
@@ -739,17 +748,17 @@ def main() -> None:
     parser.add_argument("--python", default=None,
                         help="interpreter of the trial processes (default: this one), e.g. a "
                              "wrapper that raises their scheduling priority")
-    parser.add_argument("--processes", type=int, nargs="+", default=[1],
-                        help="fresh processes per measurement, sharing its timing budget "
-                             "(cubicml_lab.launch.Repeated; the whole of it each with "
-                             "--whole-budget); default 1; several: each "
-                             "measurement in each, interleaved, reported apart")
+    parser.add_argument("--processes", type=int, nargs="+", default=[DEMO_PROCESSES],
+                        help="fresh processes per measurement (cubicml_lab.launch.Repeated); "
+                             f"default {DEMO_PROCESSES}, as the demo measures a trial; several "
+                             "counts: each measurement in each, interleaved, reported apart")
     parser.add_argument("--keep", choices=tuple(KEEP), default=DEMO_KEEP,
                         help="with several processes, whose figures a measurement keeps "
                              f"(Repeated's keep; default {DEMO_KEEP}, the demo's)")
-    parser.add_argument("--whole-budget", action="store_true",
-                        help="with several processes, give each the whole timing budget (as the "
-                             "demo does: Repeated(share_budget=False)) instead of a share")
+    parser.add_argument("--whole-budget", action=argparse.BooleanOptionalAction, default=True,
+                        help="with several processes, give each the whole timing budget (the "
+                             "default, as the demo does: Repeated(share_budget=False)); "
+                             "--no-whole-budget: a share of it each")
     parser.add_argument("--json", default=None, help="also write every measurement here")
     parser.add_argument("--compare-process", action="store_true",
                         help="instead: each config alternately in a fresh process and in this "
