@@ -37,7 +37,7 @@ none more than 10% off).
 Run (after ``cat /proc/loadavg``: the machine should be otherwise idle):
     .venv/bin/python benchmarks/measure_repeatability.py                  # gpt and dlrm, ~12 min
     .venv/bin/python benchmarks/measure_repeatability.py --load           # ~13 min
-    .venv/bin/python benchmarks/measure_repeatability.py --quick          # 3 configs x 3, ~4 min
+    .venv/bin/python benchmarks/measure_repeatability.py --quick          # 3 configs x 3, 3-4 min
     .venv/bin/python benchmarks/measure_repeatability.py --processes 1    # one process, ~8 min
     .venv/bin/python benchmarks/measure_repeatability.py --processes 1 2 --no-whole-budget  # ~26
     # min: one process against 2 sharing its budget
@@ -260,8 +260,7 @@ import cubicml_lab as cml
 from cubicml_lab.demo import DEMO_KEEP, DEMO_PROCESSES
 from cubicml_lab.launch.repeated import KEEP
 from cubicml_lab.timing import DRIFT_EXPONENT
-from cubicml_lab.timing.figures import (DRIFT_EXPONENT, drift_shifts, drift_slope_sums,
-                                       own_drift_fit, posterior_slope)
+from cubicml_lab.timing.figures import DRIFT_EXPONENT, DriftSlopePool, own_drift_fit
 
 CONFIGS = {
     "gpt": [
@@ -513,23 +512,17 @@ def pooled_drift_fits(rows: list[dict[str, Any]]) -> dict[int, float]:
     learned, in the order they ran, from the earlier trials of its workload and drift
     reference, as one ``Repeated`` launcher pools them (rows from before the reference was
     recorded: its workload and precision)."""
-    sums: dict[tuple[str, str], tuple[float, float]] = {}
-    out = {}
+    pool, out = DriftSlopePool(), {}
     for j in sorted(range(len(rows)), key=lambda j: rows[j]["started"]):
         x = rows[j]
         if x["status"] != "ok" or x["contended"] or not x.get("each_process"):
             continue
         key = (x["workload"], x.get("drift_reference")
                or x["knobs"].get("precision", "fp32"))
-        prior = posterior_slope(*sums[key]) if key in sums else None
-        out[j] = drift_fit(x["each_process"], prior)
-        raw = [p.get("throughput_raw", math.nan) for p in x["each_process"]]
-        shift = drift_shifts(raw, [p.get("throughput_corrected", p.get("throughput", math.nan))
-                                   for p in x["each_process"]])
-        if shift is not None and math.isfinite(out[j]):
-            sxx, sxy = drift_slope_sums(raw, shift)
-            old = sums.get(key, (0.0, 0.0))
-            sums[key] = (old[0] + sxx, old[1] + sxy)
+        out[j] = drift_fit(x["each_process"], pool.prior(key))
+        pool.add(key, [p.get("throughput_raw", math.nan) for p in x["each_process"]],
+                 [p.get("throughput_corrected", p.get("throughput", math.nan))
+                  for p in x["each_process"]])
     return out
 
 

@@ -832,7 +832,6 @@ def test_drift_fit_learns_the_slope_of_a_workloads_trials_for_one_whose_referenc
     trials whose processes read their references apart show that; a third ran both processes
     while the reference read 18% slow (shift 0.2), which alone says nothing of the slope: the
     full correction puts it 10% high, the slope its launcher learned puts it within 1%."""
-    from cubicml_lab.timing.figures import posterior_slope
 
     def proc(shift: float, contended: float = 0.0, reference: str = "mlp rows=256",
              workload: str = "gpt") -> TrialResult:
@@ -868,7 +867,6 @@ def test_drift_fit_learns_the_slope_of_a_workloads_trials_for_one_whose_referenc
     assert launcher.drift_slopes()[("gpt", "mlp rows=256")] == slopes[("gpt", "mlp rows=256")]
     assert set(launcher.drift_slopes()) == {("gpt", "mlp rows=256"),
                                             ("gpt", "mlp bf16 rows=256")}
-    assert posterior_slope(0.0, 0.0) == 1.0
 
 
 def test_by_default_a_trial_keeps_its_fastest_process() -> None:

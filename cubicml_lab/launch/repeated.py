@@ -54,7 +54,8 @@ slow, or fast), they cannot tell its slope, and the full correction over- or und
 configuration that feels less of the move. So a ``Repeated`` launcher pools what its earlier
 trials showed: configurations of one workload gauged by the same reference
 (``hardware["drift_reference"]``) feel the machine alike, so their
-:func:`~cubicml_lab.timing.figures.drift_slope_sums` add up, and the slope they give is the mean
+:func:`~cubicml_lab.timing.figures.drift_slope_sums` add up
+(:class:`~cubicml_lab.timing.figures.DriftSlopePool`), and the slope they give is the mean
 of the next trial's prior instead of ``DRIFT_EXPONENT`` (``drift_slope_prior`` records it; the
 pool lives as long as the launcher, one campaign's). On the Zen 5 VM (2026-11-29), over the
 trials of 5 runs of ``benchmarks/measure_repeatability.py --processes 2 --whole-budget`` (5
@@ -88,12 +89,12 @@ Example:
 from __future__ import annotations
 
 import math
-import threading
 from collections.abc import Callable
 from dataclasses import asdict, replace
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
+from ..timing.figures import DriftSlopePool
 from .base import Launcher, check_spec
 
 if TYPE_CHECKING:
@@ -164,17 +165,13 @@ class Repeated(Launcher):
                               hint='e.g. Repeated(Subprocess(), processes=2, keep="median")')
         self.launcher, self.processes, self.share_budget = launcher, processes, share_budget
         self.keep, self.skip_long_steps = keep, skip_long_steps
-        # keep="drift_fit": (sxx, sxy) of the earlier trials by (workload, drift reference)
-        self._drift_sums: dict[tuple[str, str], tuple[float, float]] = {}
-        self._lock = threading.Lock()
+        # keep="drift_fit": the earlier trials' slopes, by (workload, drift reference)
+        self._drift_pool = DriftSlopePool()
 
     def drift_slopes(self) -> dict[tuple[str, str], float]:
         """The drift slope each (workload, drift reference) showed over this launcher's
         trials so far (``keep="drift_fit"``): the prior mean its next trial gets."""
-        from ..timing.figures import posterior_slope
-
-        with self._lock:
-            return {key: posterior_slope(*sums) for key, sums in self._drift_sums.items()}
+        return self._drift_pool.slopes()  # type: ignore[return-value]
 
     @property
     def world_size(self) -> int:
@@ -219,13 +216,12 @@ class Repeated(Launcher):
             if self.skip_long_steps and steps_too_long(res.metrics, options):
                 break
         key = (str(spec.get("workload")), str(results[0].hardware.get("drift_reference")))
-        prior = self.drift_slopes().get(key) if self.keep == "drift_fit" else None
+        prior = self._drift_pool.prior(key) if self.keep == "drift_fit" else None
         out = combine(results, records, keep=self.keep, drift_prior=prior)
-        sums = drift_sums(out, results) if self.keep == "drift_fit" else None
-        if sums is not None:
-            with self._lock:
-                old = self._drift_sums.get(key, (0.0, 0.0))
-                self._drift_sums[key] = (old[0] + sums[0], old[1] + sums[1])
+        if "drift_slope" in out.metrics:  # re-corrected: no process flagged, every figure
+            self._drift_pool.add(key, *(
+                [float(r.metrics[name]) for r in results]
+                for name in ("throughput_raw", "throughput_corrected")))
         if len(results) < self.processes:
             out.hardware["processes_skipped"] = self.processes - len(results)
         return out
@@ -275,20 +271,6 @@ def steps_too_long(metrics: dict[str, float], options: MeasureOptions) -> bool:
     """
     step_s = float(metrics.get("step_time_raw_s", metrics.get("step_time_s", math.nan)))
     return math.isfinite(step_s) and options.min_steps * step_s > options.max_time_s
-
-
-def drift_sums(out: TrialResult, results: list[TrialResult]) -> tuple[float, float] | None:
-    """What a combined trial adds to its launcher's pool of drift slopes: the
-    :func:`~cubicml_lab.timing.figures.drift_slope_sums` of its processes; None where its
-    drift correction was not re-done (a process flagged, a figure missing)."""
-    from ..timing.figures import drift_shifts, drift_slope_sums
-
-    if "drift_slope" not in out.metrics:
-        return None
-    raw = [float(r.metrics.get("throughput_raw", math.nan)) for r in results]
-    shift = drift_shifts(raw, [float(r.metrics.get("throughput_corrected", math.nan))
-                               for r in results])
-    return None if shift is None else drift_slope_sums(raw, shift)
 
 
 def combine(results: list[TrialResult], records: list[dict[str, Any]] | None = None,

@@ -6,11 +6,14 @@ the contention guard and the drift reference saw). Importing this module imports
 from __future__ import annotations
 
 import math
+import threading
+from collections.abc import Hashable
 from dataclasses import dataclass, field
 from functools import lru_cache
 
 __all__ = ["CONTENDED_LOG_VAR", "DRIFT_BOUNDS", "DRIFT_CORRECTED_DEFAULT", "DRIFT_EXPONENT",
-           "DRIFT_PRIOR_SD", "REPEAT_LOG_SD", "Timing", "UNTRUSTED_LOG_VAR", "drift_shifts",
+           "DRIFT_PRIOR_SD", "REPEAT_LOG_SD", "DriftSlopePool", "Timing", "UNTRUSTED_LOG_VAR",
+           "drift_shifts",
            "drift_slope_sums", "guard_metrics", "median_rel_ci", "own_drift_fit",
            "own_drift_slope", "posterior_slope", "quantile", "reference_metrics",
            "spread_rel_ci", "summarize"]
@@ -291,6 +294,51 @@ def own_drift_fit(raw: list[float], corrected: list[float],
         return None
     slope = own_drift_slope(raw, shift, prior_mean)
     return slope, math.exp((slope - DRIFT_EXPONENT) * sum(shift) / len(shift))
+
+
+class DriftSlopePool:
+    """The drift-slope evidence of earlier trials, pooled by key (``Repeated`` keys it by
+    workload and drift reference, whose configurations feel the machine alike): each trial
+    adds its processes' :func:`drift_slope_sums`, and :meth:`prior` is the slope they give
+    together, the mean of the next trial's prior. Safe to share between threads.
+
+    Example:
+        >>> pool = DriftSlopePool()
+        >>> pool.prior("gpt") is None
+        True
+        >>> pool.add("gpt", [100.0, 130.0], [100.0 * math.exp(0.4), 130.0])
+        >>> round(pool.prior("gpt"), 3)
+        0.666
+    """
+
+    def __init__(self) -> None:
+        self._sums: dict[Hashable, tuple[float, float]] = {}
+        self._lock = threading.Lock()
+
+    def prior(self, key: Hashable) -> float | None:
+        """The slope the trials under ``key`` showed together; None before the first."""
+        with self._lock:
+            sums = self._sums.get(key)
+        return None if sums is None else posterior_slope(*sums)
+
+    def add(self, key: Hashable, raw: list[float], corrected: list[float]) -> None:
+        """Add one trial's processes (raw and corrected figures); nothing where a figure is
+        missing, NaN or not positive (:func:`drift_shifts`)."""
+        shift = drift_shifts(raw, corrected)
+        if shift is None:
+            return
+        sxx, sxy = drift_slope_sums(raw, shift)
+        with self._lock:
+            old = self._sums.get(key, (0.0, 0.0))
+            self._sums[key] = (old[0] + sxx, old[1] + sxy)
+
+    def slopes(self) -> dict[Hashable, float]:
+        """The slope each key's trials showed so far."""
+        with self._lock:
+            return {key: posterior_slope(*sums) for key, sums in self._sums.items()}
+
+    def __repr__(self) -> str:
+        return f"DriftSlopePool({ {k: round(v, 3) for k, v in self.slopes().items()} })"
 
 
 def reference_metrics(timing: Timing) -> dict[str, float]:
