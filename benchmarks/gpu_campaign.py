@@ -63,7 +63,8 @@ def main() -> int:
 
     bf16, fp32 = device_peak_flops(args.device, "bf16"), device_peak_flops(args.device, "fp32")
     flop_cost = bf16 / fp32 if bf16 and fp32 else 1.0
-    prior = demo_prior(flop_cost, model, fp32_score_cost=1.0)  # no CPU probe for a GPU
+    prior = demo_prior(flop_cost, model, fp32_score_cost=1.0,
+                       thread_scaling=1.0)  # no CPU probe for a GPU
     search = BayesianSearch(SPACE, objective="throughput", seed=args.seed,
                             stop_patience=args.budget, **prior)
     store = cml.TrialStore(args.store)

@@ -125,7 +125,7 @@ def test_each_precision_gets_its_own_cost_per_attention_score(monkeypatch):
 
     import cubicml_lab.surrogate.gp as gp
 
-    cost = demo_prior(fp32_flop_cost=2.0, fp32_score_cost=1.0)["cost_model"]
+    cost = demo_prior(fp32_flop_cost=2.0, fp32_score_cost=1.0, thread_scaling=1.0)["cost_model"]
     base = np.array(cost({**DEFAULT_CONFIG, "precision": "bf16"}))
     shares = np.array([0.0, 0.5, 0.05, 0.05, 0.1, 0.0, 0.3])  # of a bf16 step at the default
     weights = np.divide(shares, base, out=np.zeros_like(base), where=base > 0)
