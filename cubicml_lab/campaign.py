@@ -74,6 +74,19 @@ class _Stopped(Exception):
     """:meth:`Campaign.stop` was called while the campaign ran."""
 
 
+def _interrupted(line: str) -> KeyboardInterrupt:
+    """The ``KeyboardInterrupt`` a campaign raises after cleaning up from Ctrl-C or Kernel ->
+    Interrupt, carrying the one line that says what was stopped and re-queued.
+
+    A plain ``KeyboardInterrupt``, so *Run All* stops at its cell, ``except KeyboardInterrupt``
+    catches it and a script ends as after any Ctrl-C (exit by SIGINT); Jupyter shows its one
+    line (IPython's ``_render_traceback_`` hook) instead of a traceback through the launcher.
+    """
+    err = KeyboardInterrupt(line)
+    err._render_traceback_ = lambda: [f"KeyboardInterrupt: {line}"]  # type: ignore[attr-defined]
+    return err
+
+
 def _live_key(store: TrialStore, trial_id: int) -> tuple[str, int]:
     return (str(store.path.resolve()), trial_id)
 
@@ -85,6 +98,26 @@ def _launcher_failure(err: Exception) -> TrialResult:
     tail = "".join(traceback.format_exception(err)[-6:])
     return TrialResult(status="failed", metrics={}, hardware={},
                        error=f"launcher raised {type(err).__name__}: {err}\n{tail}")
+
+
+def _end_bar_early(bar: Any, reason: str | None) -> None:
+    """A progress bar whose campaign stopped before ``budget`` by its own rule (a stopping rule,
+    an exhausted space) ends at the trials it ran, not short of them: tqdm's notebook bar turns
+    red when closed short of its total, as after a failure. The bar's text says why it ended.
+
+    Args:
+        bar: A ``tqdm`` bar (text or notebook), not yet closed.
+        reason: Why the campaign stopped (:attr:`Campaign.stop_reason`).
+    """
+    if getattr(bar, "disable", False) or not bar.total or bar.n >= bar.total:
+        return
+    bar.total = bar.n
+    container = getattr(bar, "container", None)  # tqdm.notebook's widgets: text, bar, text
+    if container is not None:
+        container.children[1].max = max(bar.n, 1)
+    if reason:
+        bar.set_postfix_str(f"stopped: {reason.split(' (')[0].split(':')[0]}", refresh=False)
+    bar.refresh()
 
 
 def format_trial(trial_id: int, space: Space, config: Mapping[str, Any], result: TrialResult,
@@ -477,11 +510,13 @@ class Campaign(CampaignView):
             verbose: Print one line when it finishes.
 
         Returns:
-            The stored trial, or None when the kernel was interrupted (the trial is then back
-            in the queue, to run first next time) or another process sharing the campaign
-            claimed this trial first (it runs there).
+            The stored trial, or None when another process sharing the campaign claimed this
+            trial first (it runs there).
 
         Raises:
+            KeyboardInterrupt: Ctrl-C or Kernel -> Interrupt, re-raised with one line once the
+                trial's processes are ended and it is back in the queue, to run first next
+                time (so *Run All* stops).
             LaunchError: The launcher could not start the trial (it is re-queued).
         """
         p = self._as_proposal(proposal, config)
@@ -489,8 +524,8 @@ class Campaign(CampaignView):
         try:
             result = self._run_one(trial_id, params)
         except KeyboardInterrupt:
-            self._requeue([(trial_id, params)], announce=verbose)
-            return None
+            line = self._requeue([(trial_id, params)], announce=False)
+            raise _interrupted(line) from None
         except _Taken:
             self._drop(trial_id, announce=verbose)
             return None
@@ -613,10 +648,10 @@ class Campaign(CampaignView):
             print(f"{self.name}: trial {trial_id} was claimed by another process; left to it")
 
     def _requeue(self, started: list[tuple[int, dict[str, Any]]], *, announce: bool,
-                 reason: str = "interrupted") -> None:
+                 reason: str = "interrupted") -> str:
         """After an interrupt (or a launcher that cannot start trials): trials in flight go back
         to ``pending`` in the store (run again first on the next call) and leave the searcher's
-        pending set."""
+        pending set. Returns the one line that says so (printed when ``announce``)."""
         for trial_id, params in started:
             self._forget_flight(trial_id)
             if self._runs_here(self.store.get_trial(trial_id)):
@@ -626,21 +661,26 @@ class Campaign(CampaignView):
                 release(params)
         self.stop_reason = reason
         self._emit("stopped", self.stop_reason)
+        n = len(started)
+        line = (f"{self.name}: {reason}; {n} trial{'s' if n != 1 else ''} in flight "
+                f"{'were' if n != 1 else 'was'} stopped and re-queued (run again to resume)")
         if announce:
-            n = len(started)
-            print(f"{self.name}: {reason}; {n} trial{'s' if n != 1 else ''} in flight "
-                  f"{'were' if n != 1 else 'was'} stopped and re-queued (run again to resume)")
+            print(line)
+        return line
 
     # -- the loop ------------------------------------------------------------------------------
     def run(self, budget: int | None = None, parallel: int | None = None, *,
             progress: bool = True,
             verbose: bool = True, on_trial: Callable[[Trial], None] | None = None,
-            review: Callable[[Proposal], Mapping[str, Any] | None] | None = None
-            ) -> pd.DataFrame:
+            review: Callable[[Proposal], Mapping[str, Any] | None] | None = None,
+            full: bool = False) -> pd.DataFrame:
         """Run until the campaign holds ``budget`` finished trials (resuming if it has some).
 
-        Interrupting it (Ctrl-C, or Kernel -> Interrupt in Jupyter) stops it with one line:
-        trials in flight are stopped and re-queued, and the trials so far are returned.
+        Interrupting it (Ctrl-C, or Kernel -> Interrupt in Jupyter) stops it: the trials in
+        flight are stopped (their processes ended, their Slurm jobs cancelled) and re-queued to
+        run first next time, then ``KeyboardInterrupt`` is raised again with one line saying so,
+        so that *Run All* stops at this cell (Jupyter shows the line, not a traceback).
+        :meth:`stop` (e.g. from a widget in another thread) returns normally instead.
 
         Args:
             budget: Total finished trials wanted in this campaign, counting earlier runs;
@@ -653,9 +693,15 @@ class Campaign(CampaignView):
             review: Called with each :class:`~cubicml_lab.search.Proposal` before it is
                 launched; returns the configuration to run (the proposal's, or an edited one)
                 or None to skip it (never proposed again).
+            full: Return every field of every trial (:meth:`table` ``(full=True)``) instead of
+                the columns a person reads.
 
         Returns:
-            The campaign's trials as a DataFrame (``store.to_dataframe(name)``).
+            The campaign's trials, one row each: :meth:`table`.
+
+        Raises:
+            KeyboardInterrupt: On Ctrl-C / Kernel -> Interrupt, after the cleanup above.
+            LaunchError: The launcher could not start trials (those in flight are re-queued).
         """
         from tqdm.auto import tqdm
 
@@ -695,6 +741,7 @@ class Campaign(CampaignView):
         self._running = True
         try:
             finished = self._loop(budget, parallel, finished, pool, in_flight, review, report)
+            _end_bar_early(bar, self.stop_reason)
         except (KeyboardInterrupt, LaunchError, _Stopped) as err:
             stopped_by = err
             cancel = getattr(self.launcher, "cancel", None)
@@ -707,20 +754,23 @@ class Campaign(CampaignView):
                                                                       None)),
                           cancel_futures=True)
         if stopped_by is not None:  # what was in flight runs again first next time
-            self._requeue(list(in_flight.values()),
-                          announce=not isinstance(stopped_by, LaunchError),
-                          reason="stopped by Campaign.stop()" if isinstance(stopped_by, _Stopped)
-                          else "interrupted" if isinstance(stopped_by, KeyboardInterrupt)
-                          else f"the launcher failed: {stopped_by}")
+            line = self._requeue(list(in_flight.values()),
+                                 announce=isinstance(stopped_by, _Stopped),
+                                 reason="stopped by Campaign.stop()"
+                                 if isinstance(stopped_by, _Stopped)
+                                 else "interrupted" if isinstance(stopped_by, KeyboardInterrupt)
+                                 else f"the launcher failed: {stopped_by}")
             if isinstance(stopped_by, LaunchError):
                 raise stopped_by
-            return self.store.to_dataframe(self.name)
+            if isinstance(stopped_by, KeyboardInterrupt):  # Run All must stop here
+                raise _interrupted(line) from None
+            return self.table(full=full)
         if self.stop_reason is None:
             self.stop_reason = "budget reached"
         self._emit("stopped", self.stop_reason)
         if verbose:
             print(f"{self.name}: {finished} finished trials; stopped: {self.stop_reason}")
-        return self.store.to_dataframe(self.name)
+        return self.table(full=full)
 
     def _loop(self, budget: int, parallel: int, finished: int, pool: cf.ThreadPoolExecutor,
               in_flight: dict[cf.Future[TrialResult], tuple[int, dict[str, Any]]],

@@ -58,8 +58,29 @@ class CampaignView:
         return self.store.trials(self.name)
 
     def dataframe(self) -> pd.DataFrame:
-        """The campaign's trials as a DataFrame (one row per trial)."""
+        """Every field of every trial of the campaign, one row each: ``table(full=True)``."""
         return self.store.to_dataframe(self.name)
+
+    def table(self, *, full: bool = False) -> pd.DataFrame:
+        """The campaign's trials, one row each, as a person reads them.
+
+        Args:
+            full: Every field instead: each config key, metric and hardware field a column,
+                times in unix seconds (:meth:`~cubicml_lab.store.TrialStore.to_dataframe`, what
+                analysis and the plots take; the same as :meth:`dataframe`).
+
+        Returns:
+            By default ``trial_id``, ``status``, the searched knobs, the objective and its
+            relative 95% CI, the unit-named metrics (``tokens_per_s``, ``step_time_s``,
+            ``peak_mem_gib``, ``mfu``, ...) the trials have, ``contended``, ``started_at``
+            (local time, a datetime), ``duration_s`` and the last line of ``error``
+            (:func:`~cubicml_lab.store.tables.readable_frame`).
+        """
+        if full:
+            return self.dataframe()
+        from .store.tables import readable_frame
+
+        return readable_frame(self.trials(), self.space.names, self.objective)
 
     def best(self) -> tuple[dict[str, Any], float]:
         """The best finished ``ok`` trial's searched parameters and objective value.
@@ -196,7 +217,7 @@ class CampaignView:
         from ._html import card
 
         return card(f"Campaign '{self.name}'", self._facts(),
-                    note="campaign.dataframe(): one row per trial")
+                    note="campaign.table(): one row per trial; table(full=True): every field")
 
     def wall_time_s(self) -> float:
         """Seconds from the first trial's start to the last trial's end."""

@@ -5,7 +5,8 @@
 (``Campaign.to_yaml`` writes one), headless, e.g. in tmux or as a job of its own;
 ``cubicml-lab report CAMPAIGN`` prints a stored campaign's trials and best configuration;
 ``cubicml-lab export CAMPAIGN PATH`` writes its raw trials to CSV or Parquet.
-Errors from the library print as one clear message (and exit code 2), not a traceback.
+Errors from the library print as one clear message (and exit code 2), not a traceback; Ctrl-C
+prints one line (what the campaign stopped and re-queued) and exits with code 130.
 """
 
 from __future__ import annotations
@@ -36,6 +37,9 @@ def _parser() -> argparse.ArgumentParser:
                            "the fastest one's figures kept (default 2)")
     demo.add_argument("--max-time-s", type=float, default=6.0,
                       help="seconds of timed steps per trial (default 6; shorter is noisier)")
+    demo.add_argument("--wait-for-idle-s", type=float, default=0.0,
+                      help="before each trial, wait up to this many seconds for other work to "
+                           "leave the cores idle (default 0: no wait)")
     run = sub.add_parser("run", help="start or resume the campaign a YAML campaign file describes")
     run.add_argument("file", help="campaign file (Campaign.to_yaml writes one)")
     run.add_argument("--budget", type=int, default=None, help="finished trials (default: the file's)")
@@ -94,7 +98,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             run_demo(args.budget, args.store, args.out, campaign=args.campaign, seed=args.seed,
                      launcher=args.launcher, progress=not args.no_progress,
-                     max_time_s=args.max_time_s,
+                     max_time_s=args.max_time_s, wait_for_idle_s=args.wait_for_idle_s,
                      **({} if args.processes is None else {"processes": args.processes}))
         elif args.command == "run":
             from .campaign import Campaign
@@ -113,6 +117,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CubicMLError as err:
         print(f"cubicml-lab {args.command}: error: {err}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt as err:  # Ctrl-C: the campaign re-queued its trials first
+        print(f"cubicml-lab {args.command}: {err or 'interrupted'}", file=sys.stderr)
+        return 130  # 128 + SIGINT, as a shell reports a program Ctrl-C ended
     return 0
 
 

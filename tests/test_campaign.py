@@ -32,7 +32,7 @@ def test_real_six_trial_campaign_end_to_end(gpt_space, tmp_path):
     path = tmp_path / "lab.sqlite"
     store = cml.TrialStore(path)
     camp = make("e2e", gpt_space, store, launcher=cml.launch.Subprocess(timeout_s=120))
-    df = camp.run(budget=6, progress=False)
+    df = camp.run(budget=6, progress=False, full=True)  # every field: fixed knobs, hardware
     assert len(df) == 6 and set(df["status"]) == {"ok"}
     keys = [gpt_space.key({n: r[n] for n in gpt_space.names}) for _, r in df.iterrows()]
     assert len(set(keys)) == 6, "a configuration was measured twice"
@@ -58,7 +58,7 @@ def test_real_six_trial_campaign_end_to_end(gpt_space, tmp_path):
 def test_a_campaign_stores_trials_measured_in_two_processes_each(gpt_space, tmp_store):
     launcher = cml.launch.Repeated(cml.launch.Subprocess(timeout_s=120), processes=2)
     camp = make("twice", gpt_space, tmp_store, launcher=launcher)
-    df = camp.run(budget=2, progress=False, verbose=False)
+    df = camp.run(budget=2, progress=False, verbose=False, full=True)
     assert list(df["status"]) == ["ok", "ok"] and (df["processes"] == 2).all()
     for trial in tmp_store.trials("twice"):
         first, second = trial.hardware["processes"]
@@ -215,7 +215,7 @@ camp = cml.Campaign("int", space, workload="gpt", store=store,
                                      "max_steps": 10**7, "target_rel_ci": 1e-9},
                     fixed={"d_model": 32, "n_layers": 1, "n_heads": 2, "seq_len": 32, "vocab": 128})
 df = camp.run(budget=2, progress=False)
-print("returned", len(df), camp.stop_reason)
+print("the next statement ran", len(df), camp.stop_reason)
 """
 
 
@@ -245,9 +245,10 @@ def _descendants(pid):
 
 
 @pytest.mark.slow
-def test_interrupt_stops_with_one_line_and_requeues(tmp_path):
-    """SIGINT (Kernel -> Interrupt) during a trial: one line, no traceback, the trial's process
-    is killed and the trial is back to pending, to run first on the next run."""
+def test_interrupt_stops_the_script_after_requeueing(tmp_path):
+    """SIGINT (Ctrl-C) during a trial: the trial's process is killed, the trial is back to
+    pending (to run first on the next run), and run() raises KeyboardInterrupt with one line,
+    so the statement after it never runs."""
     import os
     import signal
     import subprocess
@@ -267,13 +268,66 @@ def test_interrupt_stops_with_one_line_and_requeues(tmp_path):
     assert children, "the trial process should be running"
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)
-    assert proc.returncode == 0, err
-    assert "Traceback" not in err and "Traceback" not in out
-    assert "interrupted" in out and "re-queued" in out
-    assert "returned 1 interrupted" in out  # the re-queued trial's row, pending
+    assert proc.returncode == -signal.SIGINT, (proc.returncode, out, err)  # as after any Ctrl-C
+    assert "the next statement ran" not in out
+    assert err.strip().splitlines()[-1] == (
+        "KeyboardInterrupt: int: interrupted; 1 trial in flight was "
+        "stopped and re-queued (run again to resume)"), err
     for pid in children:
         assert not os.path.exists(f"/proc/{pid}") or \
             open(f"/proc/{pid}/stat").read().split()[2] == "Z", "the trial process survived"
+    with cml.TrialStore(path) as store:
+        [trial] = store.trials("int")
+        assert trial.status == "pending"
+
+
+KERNEL_SETUP = INTERRUPT_SCRIPT.split("df = camp.run")[0].replace("sys.argv[1]", "STORE_PATH")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_kernel_interrupt_stops_run_all(tmp_path):
+    """Kernel -> Interrupt in a real Jupyter kernel while ``camp.run()`` runs, with the next
+    cell queued as *Run All* queues it: neither the rest of the cell nor the next cell runs, the
+    cell's error is one line, and the trial is back to pending in the store."""
+    import time
+
+    jupyter_client = pytest.importorskip("jupyter_client")
+    pytest.importorskip("ipykernel")
+    path, after, next_cell = (tmp_path / "lab.sqlite", tmp_path / "after-run",
+                              tmp_path / "next-cell")
+    km = jupyter_client.KernelManager(kernel_name="python3")
+    km.start_kernel(cwd=str(tmp_path))
+    kc = km.client()
+    kc.start_channels()
+    try:
+        kc.wait_for_ready(timeout=60)
+        setup = kc.execute_interactive(KERNEL_SETUP.replace("STORE_PATH", repr(str(path))),
+                                       timeout=60)
+        assert setup["content"]["status"] == "ok", setup["content"]
+        run_id = kc.execute(f"df = camp.run(budget=2, progress=False)\n"
+                            f"open({str(after)!r}, 'w').close()")
+        next_id = kc.execute(f"open({str(next_cell)!r}, 'w').close()")  # queued, as by Run All
+        deadline = time.monotonic() + 120
+        while not _running(path, "int"):
+            assert time.monotonic() < deadline, "the trial never started"
+            time.sleep(0.5)
+        time.sleep(2)
+        km.interrupt_kernel()
+        replies = {}
+        while len(replies) < 2:
+            msg = kc.get_shell_msg(timeout=60)
+            replies[msg["parent_header"]["msg_id"]] = msg["content"]
+        assert replies[run_id]["status"] == "error"
+        assert replies[run_id]["ename"] == "KeyboardInterrupt"
+        assert replies[run_id]["traceback"] == [
+            "KeyboardInterrupt: int: interrupted; 1 trial in flight was stopped and re-queued "
+            "(run again to resume)"]
+        assert replies[next_id]["status"] == "aborted"
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
+    assert not after.exists() and not next_cell.exists()
     with cml.TrialStore(path) as store:
         [trial] = store.trials("int")
         assert trial.status == "pending"
@@ -535,7 +589,8 @@ def test_a_campaign_keeps_a_local_pool_full(gpt_space, tmp_store):
     cores = sorted(os.sched_getaffinity(0))[:2]
     pool = cml.launch.LocalPool(1, devices=cores, timeout_s=120)
     df = make("pool", gpt_space, tmp_store, launcher=pool).run(budget=4, parallel=pool.slots,
-                                                                progress=False, verbose=False)
+                                                                progress=False, verbose=False,
+                                                                full=True)
     assert list(df["status"]) == ["ok"] * 4
     assert set(df["hw.cpu_affinity"]) == {str(c) for c in cores}  # one core per trial
     assert "local_pool" in str(tmp_store.campaign_info("pool")["metadata"]["launcher"])

@@ -59,3 +59,48 @@ def test_errors_are_one_clear_line(tmp_path):
     assert run.returncode == 2 and "Traceback" not in run.stderr
     assert "Repeated processes = 0 must be an int >= 1" in run.stderr
     assert not (tmp_path / "demo.sqlite").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_ctrl_c_in_run_exits_130_with_one_line(tmp_path):
+    """Ctrl-C during ``cubicml-lab run``: the trial goes back to pending, its process ends, and
+    the command exits 130 with one line on stderr, no traceback, and prints nothing after."""
+    import os
+    import signal
+    import time
+
+    import cubicml_lab as cml
+
+    space = cml.Space([cml.PowerOfTwo("micro_batch", 1, 4)])
+    store = cml.TrialStore(tmp_path / "lab.sqlite")
+    camp = cml.Campaign("cli-int", space, workload="gpt", store=store,
+                        launcher=cml.launch.Subprocess(timeout_s=300),
+                        searcher=cml.RandomSearch(space, seed=0),
+                        measure_options={"max_time_s": 120, "warmup_max_s": 0.5, "min_steps": 3,
+                                         "max_steps": 10**7, "target_rel_ci": 1e-9},
+                        fixed={"d_model": 32, "n_layers": 1, "n_heads": 2, "seq_len": 32,
+                               "vocab": 128})
+    path = camp.to_yaml(tmp_path / "c.yaml", budget=2)
+    # SIGINT as a terminal delivers it (a pytest started in the background ignores it)
+    proc = subprocess.Popen([sys.executable, "-m", "cubicml_lab.cli", "run", str(path),
+                             "--no-progress"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, preexec_fn=lambda: signal.signal(signal.SIGINT,
+                                                                        signal.SIG_DFL))
+    deadline = time.monotonic() + 120
+    while not store.trials("cli-int", status="running"):
+        assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
+        time.sleep(0.3)
+    pid = store.trials("cli-int", status="running")[0].hardware["process"]["pid"]
+    time.sleep(2)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, (out, err)
+    assert err.strip().splitlines() == [
+        "cubicml-lab run: cli-int: interrupted; 1 trial in flight was stopped and re-queued "
+        "(run again to resume)"], err
+    assert "Campaign 'cli-int'" not in out  # the card printed after run() never came
+    [trial] = store.trials("cli-int")
+    assert trial.status == "pending"
+    assert not os.path.exists(f"/proc/{pid}") or \
+        open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] == "Z"

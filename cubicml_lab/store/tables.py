@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import DependencyError, StoreError
+from ..trials import is_contended
 from .schema import (_SQLITE_MAGIC, STATUSES, Trial, _check_config, _check_mapping,
                      _check_metrics, _check_name, _check_path, _check_status, _check_text,
                      _check_time, _dumps, _show)
@@ -70,6 +71,61 @@ def to_dataframe(trials: Sequence[Trial]) -> pd.DataFrame:
     for key in keys_in_order(hardware):
         cols[key] = _column(pd, [hw.get(key) for hw in hardware], exact=False)
     return pd.DataFrame(cols)
+
+
+#: Metrics a person reads beside the objective, each named with its unit, in this order.
+READ_METRICS = ("tokens_per_s", "samples_per_s", "step_time_s", "peak_mem_gib", "mfu")
+
+
+def readable_frame(trials: Sequence[Trial], knobs: Sequence[str],
+                   objective: str = "throughput") -> pd.DataFrame:
+    """What a person reads of ``trials``: a handful of columns, one row per trial.
+
+    Columns: ``trial_id``, ``status``, the ``knobs``, the ``objective`` and its relative 95% CI
+    (``{objective}_rel_ci``, where stored), the metrics of :data:`READ_METRICS` that the trials
+    have (names carry units), ``contended`` (the contention guard flagged the figure: not
+    trusted), ``started_at`` (local time to the second, a pandas datetime), ``duration_s`` and ``error`` (its
+    last line). Values are as stored, not rounded; :func:`to_dataframe` has every field.
+
+    Example:
+        >>> from cubicml_lab.store import Trial
+        >>> t = Trial(id=1, campaign="c", status="ok", config={"micro_batch": 4, "lr": 0.1},
+        ...           metrics={"throughput": 900.0, "tokens_per_s": 900.0, "loss": 3.2},
+        ...           hardware={}, workload="gpt", workload_version="1", created_at=1.8e9,
+        ...           started_at=1.8e9, ended_at=1.8e9 + 12.5, error=None)
+        >>> df = readable_frame([t], ["micro_batch"])
+        >>> list(df.columns)
+        ['trial_id', 'status', 'micro_batch', 'throughput', 'tokens_per_s', 'contended', \
+'started_at', 'duration_s', 'error']
+        >>> df["started_at"].dtype.kind, df["duration_s"].item()  # M: a datetime
+        ('M', 12.5)
+    """
+    import pandas as pd
+
+    metrics = [objective, f"{objective}_rel_ci"] + [m for m in READ_METRICS if m != objective]
+    present = set(keys_in_order(t.metrics for t in trials))
+    cols: dict[str, Any] = {"trial_id": pd.Series([t.id for t in trials], dtype="int64"),
+                            "status": pd.Series([t.status for t in trials], dtype=object)}
+    for knob in knobs:
+        cols[knob] = _column(pd, [t.config.get(knob) for t in trials], exact=True)
+    for name in metrics:
+        if name == objective or name in present:
+            cols[name] = _column(pd, [t.metrics.get(name) for t in trials], exact=False)
+    cols["contended"] = pd.Series([is_contended(t.metrics) for t in trials], dtype=bool)
+    started = pd.to_datetime(pd.Series([_nan(t.started_at) for t in trials], dtype="float64"),
+                             unit="s", utc=True)
+    cols["started_at"] = started.dt.tz_convert(_local_zone()).dt.tz_localize(None).dt.floor("s")
+    cols["duration_s"] = pd.Series([_nan(t.duration_s) for t in trials], dtype="float64")
+    cols["error"] = pd.Series([(t.error or "").strip().splitlines()[-1][:120]
+                               if (t.error or "").strip() else None for t in trials],
+                              dtype=object)
+    return pd.DataFrame(cols)
+
+
+def _local_zone() -> Any:
+    import datetime
+
+    return datetime.datetime.now().astimezone().tzinfo
 
 
 def export_target(path: object, protect: Sequence[Path]) -> tuple[Path, str]:
