@@ -77,7 +77,7 @@ def main() -> int:
     print(f"campaign {name!r}: {SPACE.size()} configurations of {', '.join(SPACE.names)}; model "
           f"{model}; an fp32 FLOP weighs {flop_cost:.3g} bf16 FLOPs; budget {args.budget}")
     t0 = time.perf_counter()
-    df = camp.run(args.budget, progress=False)
+    df = camp.run(args.budget, progress=False, full=True)
     elapsed = time.perf_counter() - t0
     import pandas as pd
 

@@ -459,7 +459,7 @@ def run_demo(budget: int = 14, store: str | os.PathLike[str] = "data/demo.sqlite
     camp = Campaign(name, space, workload="gpt", launcher=runner, searcher=search,
                     store=trial_store, measure_options=measure, reference=DEFAULT_CONFIG)
     t0 = time.perf_counter()
-    df = camp.run(budget, progress=progress)
+    df = camp.run(budget, progress=progress, full=True)  # every field: the report reads them
     elapsed = time.perf_counter() - t0
 
     import pandas as pd
