@@ -114,8 +114,7 @@ table = campaign.run(budget=BUDGET)
 store
 
 # %%
-table[["trial_id", "status", *space.names, "tokens_per_s", "step_time_rel_ci",
-       "peak_mem_gib"]].set_index("trial_id").round(3)
+table.set_index("trial_id").round(3)  # campaign.table(full=True): every field
 
 # %% [markdown]
 # ## 5. The same cells elsewhere: change the launcher
