@@ -465,8 +465,11 @@ class BayesianSearch(Searcher):
         self.second_predictor: Any = None
         self.feasibility_model: Any = None
         self.improvement_trace: list[float] = []
-        self._anchors: dict[str, tuple[int, Any]] = {}
-        self._recommended: tuple[int, dict, float] | None = None  # (history length, pick)
+        self._anchors: dict[str, tuple[tuple, Any]] = {}  # metric -> (data key, fit)
+        self._recommended: tuple[Any, dict, float] | None = None  # (when, pick, estimate)
+        #: (data key, GP, drift exponent) of the last objective fit (:meth:`_objective_fit`)
+        self._objective_fits: tuple[Any, Any, float | None] | None = None
+        self._models_at: int | None = None  # n_told when predictor & co. were last fitted
         # ask() and recommend() fit on the same caches (_anchors, drift_exponent): a
         # dashboard's poll thread may call recommend() while a campaign's run loop asks
         self._fit_lock = threading.RLock()
@@ -528,8 +531,11 @@ class BayesianSearch(Searcher):
         hyperparameters are fitted cold only at *anchor* sizes of the history (every 25 % of
         growth, :meth:`_anchor`), on the first ``anchor`` ok observations with a seed of its own;
         in between, the fit starts from the anchor's hyperparameters and runs at most
-        ``WARM_MAX_ITER`` iterations. Both depend only on the told history, so a resumed search
-        refits the same anchor and proposes what the original would have.
+        ``WARM_MAX_ITER`` iterations (below the first anchor size every fit is cold). Both
+        depend only on the told history, so a resumed search refits the same anchor and
+        proposes what the original would have; an anchor is reused only for exactly the
+        observations it was fitted on (:meth:`_anchor_fit`), and a fit is always of all of
+        ``configs``: never one of fewer observations kept from an earlier call.
 
         With ``covariate`` (:func:`drift_covariate` of the trials) the drift exponent is learned
         on top (:func:`learn_drift`, refits warm-started from the fit before) and kept in
@@ -553,27 +559,49 @@ class BayesianSearch(Searcher):
         values = self._model_values(values, direction or self.direction)
         n = len(configs)
         m = self._anchor(n)
-
-        def make(s: int) -> Any:
-            return self._make_gp(metric, s)
-
-        anchor_seed = int(np.random.default_rng([self.seed, m, 7]).integers(2**31 - 1))
-        cached = self._anchors.get(metric)
-        if cached is None or cached[0] != m:
-            if n == m:
-                pred = make(anchor_seed).fit(configs, values, noise=noise)
-                self._anchors[metric] = (m, pred)
-                return pred
-            sub_noise = None if noise is None else noise[:m]
-            try:
-                anchor = make(anchor_seed).fit(configs[:m], values[:m], noise=sub_noise)
-            except PredictorError:  # e.g. the first m were all identical: fit cold instead
-                return make(seed).fit(configs, values, noise=noise)
-            self._anchors[metric] = cached = (m, anchor)
+        if n < m:  # no anchor size reached yet (a prior's first fits, failures): fit cold
+            return self._make_gp(metric, seed).fit(configs, values, noise=noise)
+        anchor = self._anchor_fit(metric, configs[:m], values[:m],
+                                  None if noise is None else noise[:m], cold_ok=n > m)
+        if anchor is None:  # e.g. the first m were all identical: fit cold instead
+            return self._make_gp(metric, seed).fit(configs, values, noise=noise)
         if n == m:
+            return anchor
+        return self._make_gp(metric, seed).fit(configs, values, noise=noise,
+                                               warm_start=anchor, max_iter=WARM_MAX_ITER)
+
+    def _anchor_fit(self, metric: str, configs: list[dict], values: np.ndarray,
+                    noise: np.ndarray | None, cold_ok: bool) -> Any:
+        """The cold fit on the first ``m = len(configs)`` observations (values as the GP models
+        them), kept per metric and reused only for exactly these observations: the key holds
+        every configuration, value and noise it was fitted on, so no tell, however it changes
+        the first ``m`` (a contended trial left out, a noise filled in), hands back a fit of
+        other data. None where the fit fails and ``cold_ok`` (the caller fits cold instead).
+
+        Raises:
+            PredictorError: If the fit fails and not ``cold_ok``.
+        """
+        m = len(configs)
+        key = (m, self._data_key(configs, values, noise))
+        cached = self._anchors.get(metric)
+        if cached is not None and cached[0] == key:
             return cached[1]
-        return make(seed).fit(configs, values, noise=noise, warm_start=cached[1],
-                              max_iter=WARM_MAX_ITER)
+        anchor_seed = int(np.random.default_rng([self.seed, m, 7]).integers(2**31 - 1))
+        try:
+            anchor = self._make_gp(metric, anchor_seed).fit(configs, values, noise=noise)
+        except PredictorError:
+            if not cold_ok:
+                raise
+            return None
+        self._anchors[metric] = (key, anchor)
+        return anchor
+
+    def _data_key(self, configs: Sequence[dict], *arrays: np.ndarray | None) -> tuple:
+        """An exact, hashable record of a fit's observations: each configuration's key and the
+        bytes of each array (values, noise, covariate; None stays None)."""
+        return (tuple(self.space.key(c) for c in configs),
+                *(None if a is None else np.asarray(a, dtype=np.float64).tobytes()
+                  for a in arrays))
 
     def _make_gp(self, metric: str, seed: int) -> Any:
         """An unfitted GPPredictor of ``metric`` (the objective's with the prior and features)."""
@@ -876,41 +904,25 @@ class BayesianSearch(Searcher):
         import torch
 
         t0 = time.perf_counter()
-        seed = int(rng.integers(2**31 - 1))
+        seed = int(rng.integers(2**31 - 1))  # = _fit_seed(): rng is self._rng(), fresh
         torch.manual_seed(seed)
-        configs, values, noise, covariate = (self._gp_data() if self.second_objective is None
-                                             else (*self._ok(), None, None))
+        data = self._current_data()
+        configs = data[0]
         info: dict[str, Any] = {"phase": "initial", "reason": "", "fit_s": 0.0, "ask_s": 0.0,
                                 "max_acquisition": None, "acquisition": [],
                                 "relative_improvement": None,
                                 "n_ok": len(configs), "n_pool": len(pool)}
         self.last_ask_info = info
-        self._refresh_history(configs, values)
-        prior = self.cost_model is not None or (self.history_model is not None
-                                                and self.history_model.active)
-        # with a prior the GP starts at PRIOR_MIN_OK ok trials; without one, failures count
-        # towards the initial design, and past it 2 ok trials are enough for the GP
-        need = PRIOR_MIN_OK if prior else self.n_init if self.n_told < self.n_init else 2
-        blocked = self._not_ready(configs, values, need, "the GP")
+        need, prior = self._gp_need()
+        blocked = self._not_ready(configs, data[1], need, "the GP")
         if blocked:
             info["phase"], info["reason"] = blocked
         else:
             try:
-                self.predictor = self._fit(configs, values, seed, noise=noise,
-                                           covariate=covariate)
-                self.second_predictor = None
-                if self.second_objective is not None:
-                    c2, v2 = self._second_values()
-                    if len(c2) != len(configs):
-                        raise PredictorError(
-                            f"{len(configs) - len(c2)} ok trials were told without a usable "
-                            f"{self.second_objective!r}", hint="tell both metrics")
-                    self.second_predictor = self._fit(c2, v2, seed, self.second_objective,
-                                                      self.second_direction)
-                self.feasibility_model = self._fit_feasibility(seed)
+                self._fit_models(data, seed)
                 info["fit_s"] = time.perf_counter() - t0
                 info["phase"] = "bo"
-                info["reason"] = f"GP on {len(configs)} ok observations"
+                info["reason"] = self._fit_reason()
             except PredictorError as err:
                 info["reason"] = f"GP fit failed: {err.message}"
                 info["phase"] = "fallback"
@@ -925,6 +937,121 @@ class BayesianSearch(Searcher):
             out = self._before_the_gp(n, pool, rng, seed, info, prior)
         info["ask_s"] = time.perf_counter() - t0
         return out
+
+    # -- the models, fitted on exactly the observations held ------------------------------------
+    def _current_data(self) -> tuple[list[dict], np.ndarray, np.ndarray | None,
+                                     np.ndarray | None]:
+        """``(configs, values, noise, covariate)`` the objective's GP is fitted on now
+        (:meth:`_gp_data`; the ok history with two objectives), the history first checked
+        against them (module doc, "Transfer"), as an ask would."""
+        data = (self._gp_data() if self.second_objective is None
+                else (*self._ok(), None, None))
+        self._refresh_history(data[0], data[1])
+        return data
+
+    def _gp_need(self) -> tuple[int, bool]:
+        """``(ok observations the GP needs, whether a prior is in use)``: with a prior the GP
+        starts at ``PRIOR_MIN_OK`` ok trials; without one, failures count towards the initial
+        design, and past it 2 ok trials are enough."""
+        prior = self.cost_model is not None or self._history_in_use()
+        return (PRIOR_MIN_OK if prior else self.n_init if self.n_told < self.n_init
+                else 2), prior
+
+    def _history_in_use(self) -> bool:
+        return self.history_model is not None and self.history_model.active
+
+    def _fit_seed(self) -> int:
+        """The seed of the fits at this point: the first draw of the ask's ``rng``
+        (``(seed, n_told)``), so an ask, :meth:`recommend` and :meth:`fit_predictor` at the
+        same point make (and share) the same fit."""
+        return int(self._rng().integers(2**31 - 1))
+
+    def _objective_fit(self, data: tuple, seed: int) -> Any:
+        """The objective's GP on ``data`` (:meth:`_current_data`), fitted once per set of
+        observations: kept under a key holding every configuration, value, noise and
+        covariate it was fitted on (and the seed and whether the history is in use), so a
+        tell, which changes them, always brings a new fit."""
+        configs, values, noise, covariate = data
+        key = (seed, self._history_in_use(), self._data_key(configs, values, noise, covariate))
+        kept = self._objective_fits
+        if kept is not None and kept[0] == key:
+            self.drift_exponent = kept[2]
+            return kept[1]
+        pred = self._fit(configs, values, seed, noise=noise, covariate=covariate)
+        self._objective_fits = (key, pred, self.drift_exponent)
+        return pred
+
+    def _fit_models(self, data: tuple, seed: int) -> None:
+        """Fit :attr:`predictor`, :attr:`second_predictor` and :attr:`feasibility_model` on
+        ``data`` and the whole history.
+
+        Raises:
+            PredictorError: If a fit fails (the attributes are then not current).
+        """
+        self._models_at = None
+        configs = data[0]
+        self.predictor = self._objective_fit(data, seed)
+        self.second_predictor = None
+        if self.second_objective is not None:
+            c2, v2 = self._second_values()
+            if len(c2) != len(configs):
+                raise PredictorError(f"{len(configs) - len(c2)} ok trials were told without a "
+                                     f"usable {self.second_objective!r}", hint="tell both metrics")
+            self.second_predictor = self._fit(c2, v2, seed, self.second_objective,
+                                              self.second_direction)
+        self.feasibility_model = self._fit_feasibility(seed)
+        self._models_at = self.n_told
+
+    def _fit_reason(self) -> str:
+        """Which observations :attr:`predictor` was fitted on, in words (a proposal's "why")."""
+        n_fit = int(self.predictor.n_train)
+        n_ok = sum(h["status"] == "ok" for h in self._history)
+        left = n_ok - n_fit
+        return f"GP on {n_fit} ok observations" + (
+            f" ({left} contended left out: no trial carries a spread to weigh them by)"
+            if left > 0 else "")
+
+    def fit_predictor(self) -> Any:
+        """Fit the search's models on exactly the observations it holds now, and return the GP.
+
+        :attr:`predictor`, :attr:`second_predictor` and :attr:`feasibility_model` are those
+        of the last fit: a Bayesian-optimisation ask makes one, and the trials told after it
+        are not in it. This brings them up to date (the same fit an ask at this point makes,
+        and shared with it), e.g. before a
+        :class:`~cubicml_lab.widgets.PredictorExplorer` reads them.
+
+        Returns:
+            The objective's :class:`~cubicml_lab.surrogate.GPPredictor`; its ``n_train`` is
+            the number of ok observations it was fitted on.
+
+        Raises:
+            SearchError: While no GP can be fitted (too few ok observations, all identical)
+                or the fit fails, saying why.
+
+        Example:
+            >>> from cubicml_lab.space import Space, Int
+            >>> s = BayesianSearch(Space([Int("micro_batch", 1, 32)]), seed=0, n_init=2)
+            >>> for mb in (2, 8, 16):
+            ...     s.tell({"micro_batch": mb}, {"throughput": 100.0 * mb ** 0.5})
+            >>> s.fit_predictor().n_train
+            3
+        """
+        with self._fit_lock:
+            if self._models_at == self.n_told and self.predictor is not None:
+                return self.predictor
+            data = self._current_data()
+            blocked = self._not_ready(data[0], data[1], self._gp_need()[0], "the GP")
+            if blocked:
+                raise SearchError(f"no GP yet: {blocked[1]}",
+                                  hint="tell more measured (ok) trials; the first "
+                                       "Bayesian-optimisation ask fits it")
+            try:
+                self._fit_models(data, self._fit_seed())
+            except PredictorError as err:
+                raise SearchError(f"the GP could not be fitted: {err.message}",
+                                  hint=err.hint or "tell more trials with distinct values"
+                                  ) from None
+            return self.predictor
 
     def _before_the_gp(self, n: int, pool: list[dict], rng: np.random.Generator, seed: int,
                        info: dict[str, Any], prior: bool) -> list[dict]:
@@ -956,9 +1083,13 @@ class BayesianSearch(Searcher):
         value of each pick (module doc); figures the searcher does not have yet stay None."""
         base = super()._explain(configs, enqueued)
         info = self.last_ask_info
-        bo = info.get("phase") == "bo" and self.predictor is not None
-        if not base or not bo:  # before the GP: the initial design or a fallback
-            if info.get("phase") == "initial":
+        if base and all(enqueued):  # no proposing ask: the GP of everything told, if any
+            try:
+                self.fit_predictor()
+            except SearchError:
+                return base
+        elif not base or info.get("phase") != "bo" or self.predictor is None:
+            if info.get("phase") == "initial":  # before the GP: the initial design
                 base = [p if p.phase == "enqueued" else replace(
                     p, reason=f"space-filling design ({info.get('reason', '')}): the untried "
                     "configuration farthest from everything tried") for p in base]
@@ -998,27 +1129,31 @@ class BayesianSearch(Searcher):
         is not picked while another exists. Falls back to :meth:`best` while the GP cannot be
         fitted (fewer than 2 distinct ok configurations, a second objective, a failed fit).
 
-        The answer is kept until the next trial is told: a campaign's card and dashboard ask
-        for it at every refresh.
+        The GP is fitted on exactly the observations told so far (the fit an ask at this
+        point makes, and shared with it), and the answer is kept until the next trial is
+        told: a campaign's card and dashboard ask for it at every refresh.
 
         Raises:
             SearchError: If no trial has been told with status "ok".
         """
         with self._fit_lock:
             kept = self._recommended
-            if kept is not None and kept[0] == len(self._history):
+            when = (self.n_told, self._history_in_use())
+            if kept is not None and kept[0] == when:
                 return dict(kept[1]), kept[2]
             config, estimate = self._recommend()
-            self._recommended = (len(self._history), dict(config), estimate)
+            self._recommended = ((self.n_told, self._history_in_use()), dict(config), estimate)
             return config, estimate
 
     def _recommend(self) -> tuple[dict, float]:
-        configs, values, noise, covariate = self._gp_data()
-        if self.second_objective is not None or not configs \
-                or self._not_ready(configs, values, 2, "the GP"):
+        if self.second_objective is not None:
+            return self.best()
+        data = self._current_data()
+        configs, values = data[0], data[1]
+        if not configs or self._not_ready(configs, values, 2, "the GP"):
             return self.best()
         try:
-            pred = self._fit(configs, values, self.seed, noise=noise, covariate=covariate)
+            pred = self._objective_fit(data, self._fit_seed())
         except PredictorError:
             return self.best()
         ok = [h for h in self._history if h["status"] == "ok"]

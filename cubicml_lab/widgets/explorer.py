@@ -74,8 +74,17 @@ class PredictorExplorer(W.VBox):
 
     @classmethod
     def from_search(cls, search: Any, **kwargs: Any) -> PredictorExplorer:
-        """The GP and feasibility model of a Bayesian search's last BO ask, in the objective's
-        units (a minimising search's model predicts 1/y, or -y, and is turned back)."""
+        """The GP and feasibility model of a Bayesian search, fitted on every trial told to it
+        (``search.fit_predictor()``, where the search has it; else its last ask's), in the
+        objective's units (a minimising search's model predicts 1/y, or -y, and is turned
+        back).
+
+        Raises:
+            SearchError: While the search has no GP yet, saying why.
+        """
+        fit = getattr(search, "fit_predictor", None)
+        if callable(fit):
+            fit()  # up to date with every trial told; raises with the reason where it cannot
         if getattr(search, "predictor", None) is None:
             raise SearchError("the search has no fitted predictor yet",
                              hint="it fits one at its first Bayesian-optimisation ask")
