@@ -322,3 +322,53 @@ def test_predictor_explorer_from_a_minimising_search_speaks_the_objectives_units
         assert p["predicted"] == pytest.approx(step_time_s, rel=0.25)
         assert p["lower"] < p["predicted"] < p["upper"]
     assert "step_time_s" in explorer.children[0].value
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_review_interrupted_stops_the_trial_shows_it_and_raises_from_code(gpt_space, tmp_store):
+    """A real SIGINT (Kernel -> Interrupt) while a trial runs from the review: the trial's
+    process ends and the trial is pending; after a click the widget says so in red and runs
+    nothing more; called from code, ``accept()`` raises KeyboardInterrupt so Run All stops."""
+    import os
+    import signal
+    import threading
+
+    long = {"max_time_s": 120, "warmup_max_s": 0.5, "min_steps": 3, "max_steps": 10**7,
+            "target_rel_ci": 1e-9}
+    camp = cml.Campaign("int", gpt_space, workload="gpt",
+                        launcher=cml.launch.Subprocess(timeout_s=300),
+                        searcher=cml.RandomSearch(gpt_space, seed=0), store=tmp_store,
+                        measure_options=long, fixed=TINY)
+    review = widgets.ProposalReview(camp)
+    pids = []  # the trial processes interrupted
+
+    def interrupt_once_running():
+        while not (running := tmp_store.trials("int", status="running")):
+            time.sleep(0.2)
+        pids.append(running[0].hardware["process"]["pid"])
+        time.sleep(1.5)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    # a pytest started in the background ignores SIGINT: restore what a kernel has
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        threading.Thread(target=interrupt_once_running, daemon=True).start()
+        review.accept_button.click()  # a click: shown in the widget, not raised
+        [first] = tmp_store.trials("int")
+        assert first.status == "pending"
+        assert "interrupted: int: interrupted; 1 trial in flight" in review.message.value
+        assert "stopped and re-queued" in review.results_html.value
+        [p] = review.proposals
+        assert p.trial_id == first.id and not review.accept_button.disabled
+        threading.Thread(target=interrupt_once_running, daemon=True).start()
+        with pytest.raises(KeyboardInterrupt, match="re-queued"):
+            review.accept()  # from code: raised on, so the cells after it never run
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    [trial] = tmp_store.trials("int")
+    assert trial.status == "pending" and review.proposals[0].trial_id == trial.id
+    assert len(pids) == 2
+    for pid in pids:
+        assert not os.path.exists(f"/proc/{pid}") or \
+            open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] == "Z"

@@ -30,6 +30,8 @@ def _error_html(err: BaseException, prefix: str = "") -> str:
         text = html.escape(prefix + err.message)
         if err.hint:
             text += f"<br><i>hint: {html.escape(err.hint)}</i>"
+    elif isinstance(err, KeyboardInterrupt):  # Kernel -> Interrupt: what it stopped, if said
+        text = html.escape(f"{prefix}interrupted" + (f": {err}" if str(err) else ""))
     else:
         text = html.escape(f"{type(err).__name__}: {err}")
     return f"<div style='{_RED}; {_FONT}'>{text}</div>"
@@ -92,10 +94,12 @@ def _knob_control(p: Parameter, value: Any, *, slider: bool) -> W.ValueWidget:
 
 def _guard(action: Callable[[], Any], show: Callable[[BaseException], None]
            ) -> Callable[[Any], None]:
-    """A button callback running ``action``; an unexpected exception is shown, not lost."""
+    """A button callback running ``action``; an unexpected exception is shown, not lost, and
+    so is Kernel -> Interrupt, which ends with the click (a callback has no cells after it to
+    stop; raised on, it would only reach the server's log)."""
     def on_click(_: Any) -> None:
         try:
             action()
-        except Exception as err:  # in a callback a traceback would only reach the log console
+        except (Exception, KeyboardInterrupt) as err:  # a traceback would reach only the log
             show(err)
     return on_click

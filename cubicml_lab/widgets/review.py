@@ -30,6 +30,13 @@ class ProposalReview(W.VBox):
     per knob, prefilled, and *run edited* launches the edited configuration instead. A
     :class:`CampaignDashboard` of the same campaign updates as these trials run.
 
+    Kernel -> Interrupt while a trial runs stops it: the campaign ends its processes (cancels
+    its Slurm job) and re-queues it, and the widget says so in red and proposes it first;
+    nothing more runs until the next click. Called from code (``review.accept()`` in a cell),
+    the ``KeyboardInterrupt`` is then raised again, so *Run All* stops there; from a button, it
+    ends with the click (a button's callback has no cells after it to stop, and an exception
+    there would only reach the server's log).
+
     Args:
         campaign: The campaign to steer.
         n: Proposals shown at once (a picker selects the one the buttons act on).
@@ -129,7 +136,10 @@ class ProposalReview(W.VBox):
         """Run the selected proposal now (blocking), then propose the next.
 
         Returns:
-            The stored trial, or None (interrupted, or an error shown in the widget).
+            The stored trial, or None (an error shown in the widget).
+
+        Raises:
+            KeyboardInterrupt: Kernel -> Interrupt, once the trial is stopped and re-queued.
         """
         p = self._pick(index)
         return None if p is None else self._launch(p, None)
@@ -175,8 +185,11 @@ class ProposalReview(W.VBox):
         """Run ``config`` (default: the knob inputs) in place of the selected proposal.
 
         Returns:
-            The stored trial, or None (interrupted, or an error, e.g. a configuration outside
-            the space, shown in the widget).
+            The stored trial, or None (an error, e.g. a configuration outside the space, shown
+            in the widget).
+
+        Raises:
+            KeyboardInterrupt: Kernel -> Interrupt, once the trial is stopped and re-queued.
         """
         p = self._pick(None)
         if p is None:
@@ -204,11 +217,14 @@ class ProposalReview(W.VBox):
         except CubicMLError as err:
             self.error = err
             return None
+        except KeyboardInterrupt as err:  # the trial is stopped and re-queued by now
+            self._interrupted(p, err)
+            raise
         finally:
             self._busy = ""
             self._draw()
         if trial is None:
-            self.results.append("interrupted: the trial was re-queued and is proposed first")
+            self.results.append("claimed by another process sharing the campaign: it runs there")
         else:
             self.last_trial = trial
             result = TrialResult(status=trial.status, metrics=trial.metrics,
@@ -219,6 +235,16 @@ class ProposalReview(W.VBox):
         self.editing = False
         self.propose()
         return trial
+
+    def _interrupted(self, p: Proposal, err: KeyboardInterrupt) -> None:
+        """Say in the widget that an interrupt stopped the trial (re-queued by the campaign) and
+        show the proposals again, the interrupted trial first; nothing more runs."""
+        self.results.append("interrupted: the trial was stopped and re-queued; it is proposed "
+                            "first, and nothing runs until you click again")
+        self._drop(p)
+        self.editing = False
+        self.propose()
+        self.error = err
 
     def _drop(self, p: Proposal) -> None:
         self.proposals = [q for q in self.proposals if q is not p]
