@@ -22,6 +22,7 @@ from .campaign import Campaign
 from .errors import MeasurementError
 from .space import Choice, Ordinal, PowerOfTwo, Space
 from .store import TrialStore
+from .trials import SUGGESTED_IDLE_WAIT_S, contention_note
 
 if TYPE_CHECKING:
     import matplotlib.figure
@@ -396,7 +397,8 @@ def speedup_line(camp: Any, best_cfg: dict[str, Any], default_value: float,
 def run_demo(budget: int = 14, store: str | os.PathLike[str] = "data/demo.sqlite",
              out: str | os.PathLike[str] = "runs", *, campaign: str | None = None, seed: int = 0,
              launcher: str = "subprocess", progress: bool = True,
-             max_time_s: float = DEMO_MEASURE["max_time_s"], processes: int = DEMO_PROCESSES
+             max_time_s: float = DEMO_MEASURE["max_time_s"], processes: int = DEMO_PROCESSES,
+             wait_for_idle_s: float = 0.0
              ) -> tuple[dict[str, Any], matplotlib.figure.Figure]:
     """Run the demo campaign end to end and print what it found.
 
@@ -415,6 +417,8 @@ def run_demo(budget: int = 14, store: str | os.PathLike[str] = "data/demo.sqlite
             the whole timing budget, the fastest one's figures kept
             (:class:`~cubicml_lab.launch.Repeated`; :data:`DEMO_PROCESSES`: 2). A process
             has a speed level of its own, which more timing in it does not average away.
+        wait_for_idle_s: Before each trial process's warm-up, wait up to this many seconds for
+            other work to leave the cores idle (``MeasureOptions.wait_for_idle_s``); 0: none.
 
     Returns:
         A summary dict (best config, speed-up, Kendall tau, paths...) and the figure. The best
@@ -426,7 +430,7 @@ def run_demo(budget: int = 14, store: str | os.PathLike[str] = "data/demo.sqlite
 
     matplotlib.use("Agg")
     from .launch import InProcess, Repeated, Subprocess
-    from .timing import hardware_info
+    from .timing import MeasureOptions, hardware_info
     from .plots import campaign_figure
     from .search import BayesianSearch
 
@@ -440,6 +444,9 @@ def run_demo(budget: int = 14, store: str | os.PathLike[str] = "data/demo.sqlite
         runner = Repeated(Subprocess(timeout_s=120), processes=processes, share_budget=False,
                           keep=DEMO_KEEP)
     measure = {**DEMO_MEASURE, "max_time_s": max_time_s}
+    if wait_for_idle_s:
+        measure["wait_for_idle_s"] = wait_for_idle_s
+    MeasureOptions.from_dict(measure)  # a bad wait is refused before the store is made
     space = demo_space()
     hw = hardware_info("cpu")
     name = campaign or time.strftime("demo-%Y%m%d-%H%M%S")
@@ -467,6 +474,9 @@ def run_demo(budget: int = 14, store: str | os.PathLike[str] = "data/demo.sqlite
     with pd.option_context("display.width", 160, "display.max_columns", 20):
         print("\nall trials:")
         print(summary_table(df, space).to_string())
+    note = contention_note(df, wait_option=f"--wait-for-idle-s {SUGGESTED_IDLE_WAIT_S}")
+    if note:
+        print(f"\n{note}")
     report = predictor_report(df, space, seed=seed, **prior)
     best_cfg, best_estimate = search.recommend()
     best_value = camp.measured_value(best_cfg)

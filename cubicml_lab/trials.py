@@ -41,8 +41,8 @@ from typing import Any
 
 from .errors import ConfigError, MeasurementError
 
-__all__ = ["FINISHED", "STATUSES", "Trial", "TrialResult", "dumps", "failure_result",
-           "is_contended",
+__all__ = ["FINISHED", "STATUSES", "Trial", "TrialResult", "contention_note", "dumps",
+           "failure_result", "is_contended",
            "json_safe", "restore", "run_trial"]
 
 #: Every trial status, in lifecycle order.
@@ -59,6 +59,81 @@ def is_contended(metrics: Mapping[str, Any]) -> bool:
     other work shared the cores while it was timed, so its figure is not to be trusted)."""
     flag = metrics.get("contended", 0)
     return isinstance(flag, (int, float)) and flag > 0
+
+
+#: The wait :func:`contention_note` suggests (``MeasureOptions.wait_for_idle_s``), in seconds.
+SUGGESTED_IDLE_WAIT_S = 60
+
+
+def contention_note(trials: Any, *, cores: int | None = None,
+                    wait_option: str | None = None) -> str | None:
+    """One plain line on the measurements the contention guard flagged, and what to do about
+    them; ``None`` when none was flagged. The dashboard, the demo, a :class:`TrialResult`
+    and the notebooks all say it with this line.
+
+    Args:
+        trials: The measurements: one :class:`TrialResult` or metrics mapping (a single
+            measurement), or an iterable of :class:`Trial`, :class:`TrialResult`, metrics
+            mappings or rows with a ``status`` (a campaign's table: a pandas DataFrame is read
+            row by row); only ``"ok"`` ones count.
+        cores: The machine's cores (default: this machine's).
+        wait_option: How the reader asks for a wait for idle cores where they are (default:
+            the measure option, ``measure_options={..., "wait_for_idle_s": 60}``).
+
+    Example:
+        >>> contention_note([{"contended": 1.0, "others_cpu": 1.9}, {"contended": 0.0}],
+        ...                 cores=2)[:75]
+        '1 of 2 trials shared the CPU with other processes (other work used 1.9 of 2'
+        >>> contention_note({"contended": 0.0}) is None
+        True
+    """
+    if hasattr(trials, "to_dict") and not isinstance(trials, Mapping):
+        trials = trials.to_dict("records")  # a DataFrame
+    if isinstance(trials, (Trial, TrialResult)):
+        trials = trials.metrics
+    single = isinstance(trials, Mapping)
+    rows = [trials] if single else [
+        {"status": r.status, **r.metrics} if isinstance(r, (Trial, TrialResult)) else r
+        for r in trials]
+    rows = [r for r in rows if isinstance(r, Mapping) and r.get("status", "ok") == "ok"]
+    flagged = [r for r in rows if is_contended(r)]
+    if not flagged:
+        return None
+    others = sorted(float(r["others_cpu"]) for r in flagged
+                    if _finite(r.get("others_cpu")))
+    used = (f"other work used {others[len(others) // 2]:.1f} of {cores or _cores()} cores"
+            if others else f"{cores or _cores()} cores")
+    if single:
+        head = (f"This measurement shared the CPU with other processes ({used}; "
+                f"{_windows(trials.get('contended_windows'))} set aside): its figure is "
+                "flagged and weighs less in a search")
+    else:
+        head = (f"{len(flagged)} of {len(rows)} trials shared the CPU with other processes "
+                f"({used}): their figures are flagged, weigh less in the search and are not "
+                "counted as best")
+    return f"{head}; {_idle_advice(flagged, wait_option)}."
+
+
+def _cores() -> int:
+    import os
+
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") \
+        else os.cpu_count() or 1
+
+
+def _idle_advice(flagged: list[Mapping[str, Any]], wait_option: str | None) -> str:
+    """What to do about flagged measurements: close other programs or wait for idle cores;
+    where they already waited in vain, find what keeps the cores busy."""
+    waited = [r for r in flagged if _finite(r.get("idle_wait_s"))]
+    vain = [r for r in waited if r.get("idle_timed_out") == 1.0]
+    if vain:
+        longest = max(float(r["idle_wait_s"]) for r in vain)
+        return (f"{len(vain)} waited {longest:.0f} s for idle cores in vain: stop what keeps "
+                "the cores busy (see `top`) or wait longer")
+    option = wait_option or ('measure_options={..., "wait_for_idle_s": '
+                             f'{SUGGESTED_IDLE_WAIT_S}}}')
+    return (f"close other programs, or pass {option} to wait up to {SUGGESTED_IDLE_WAIT_S} s "
+            "for idle cores before each trial")
 
 
 # -- the JSON codec ---------------------------------------------------------------------------
@@ -492,9 +567,14 @@ def trial_facts(status: str, metrics: Mapping[str, Any], hardware: Mapping[str, 
                        and not math.isfinite(m[key]))
             facts.append((key, f"unknown ({_windows(m.get('windows'))}: too few for a CI)"
                           if unknown else m[key]))
+    if _finite(m.get("windows")):
+        facts.append(("timed", f"{_windows(m.get('steps_timed'), 'step')} in "
+                               f"{_windows(m['windows'])}"))
     if is_contended(m):
-        facts.append(("contended", f"yes: {_windows(m.get('contended_windows'))} shared "
-                                   "the CPU; the figures are not to be trusted"))
+        facts.append(("contended", contention_note(m)))
+    if _finite(m.get("idle_wait_s")) and m["idle_wait_s"] >= 1:
+        facts.append(("waited", f"{m['idle_wait_s']:.0f} s for idle cores"
+                      + (" in vain" if m.get("idle_timed_out") == 1.0 else "")))
     drift = _drift_fact(m)
     if drift:
         facts.append(("drift", drift))
@@ -537,10 +617,10 @@ def _processes_fact(each: list[Any]) -> str:
     return f"{len(each)} fresh processes: {shown}{apart}"
 
 
-def _windows(n: Any) -> str:
-    """``n`` timed windows in words: "1 window", "3 windows"."""
+def _windows(n: Any, word: str = "window") -> str:
+    """``n`` timed windows (or other words) in words: "1 window", "3 windows", "2 steps"."""
     n = n if isinstance(n, (int, float)) and math.isfinite(n) else 0
-    return f"{n:.0f} window{'' if n == 1 else 's'}"
+    return f"{n:.0f} {word}{'' if n == 1 else 's'}"
 
 
 def run_trial(spec: dict[str, Any]) -> TrialResult:

@@ -388,3 +388,105 @@ def test_guard_calls_a_window_contended_when_the_host_stole_its_cpus(
     assert is_contended is contended
     if steal is not None:
         assert fig["cpu_steal"] == pytest.approx(steal, rel=0.05)
+
+
+# -- waiting for idle cores, and saying what the flags mean ---------------------------------------
+@linux
+def test_a_trial_told_to_wait_for_idle_cores_waits_its_time_beside_busy_processes() -> None:
+    spec = {"workload": "gpt", "config": TINY_GPT,
+            "measure": {"max_time_s": 1.0, "contended_budget": 1.0, "warmup_max_s": 0.5,
+                        "wait_for_idle_s": 2.0}}
+    with busy_processes(cores()):
+        t0 = time.perf_counter()
+        res = run_trial(spec)
+        took = time.perf_counter() - t0
+    m = res.metrics
+    assert res.status == "ok", res.error
+    assert m["idle_timed_out"] == 1.0 and 2.0 <= m["idle_wait_s"] < 4.0, m
+    assert m["idle_others_cpu"] > 0.5 * cores()  # the busy processes, not this one
+    assert took > m["idle_wait_s"]
+    # flagged, and its record says it waited in vain and what to do instead
+    assert m["contended"] == 1.0
+    facts = dict(res._facts())
+    assert "waited" in facts and "in vain" in facts["waited"]
+    assert "in vain" in facts["contended"] and "top" in facts["contended"]
+
+
+def test_wait_for_idle_ends_at_the_first_idle_sample(monkeypatch) -> None:
+    from cubicml_lab.hardware import idle
+
+    readings = iter([1.7, 1.2, 0.05, 1.9])  # cores' worth of other work, sample by sample
+    monkeypatch.setattr(idle, "_others_cpu", lambda cores, sample_s: next(readings))
+    seen: list[float] = []
+    record = idle.wait_for_idle(60.0, on_sample=lambda waited, others: seen.append(others))
+    assert seen == [1.7, 1.2]  # the status line hears of each busy sample
+    assert record["idle_timed_out"] == 0.0 and record["idle_others_cpu"] == 0.05
+    assert record["idle_wait_s"] < 1.0  # the fake samples take no time
+
+
+def test_a_wait_for_idle_is_bounded_and_the_subprocess_timeout_allows_it() -> None:
+    from cubicml_lab.launch.subprocess import _idle_allowance_s
+    from cubicml_lab.timing import MeasureOptions
+    from cubicml_lab.timing.steps import MAX_IDLE_WAIT_S
+
+    for bad in (-1.0, MAX_IDLE_WAIT_S + 1, math.inf):
+        with pytest.raises(MeasurementError, match="wait_for_idle_s"):
+            MeasureOptions(wait_for_idle_s=bad)
+    assert MeasureOptions.from_dict({"wait_for_idle_s": 60}).wait_for_idle_s == 60.0
+    assert _idle_allowance_s({"workload": "gpt", "measure": {"wait_for_idle_s": 60}}) == 60.0
+    assert _idle_allowance_s({"workload": "gpt"}) == 0.0
+
+
+def test_one_line_says_how_many_trials_were_flagged_and_what_to_do() -> None:
+    import pandas as pd
+
+    from cubicml_lab.trials import TrialResult, contention_note
+
+    busy = {"contended": 1.0, "contended_windows": 7.0, "others_cpu": 1.9}
+    rows = [{"status": "ok", **busy}, {"status": "ok", **busy, "others_cpu": 2.1},
+            {"status": "ok", "contended": 0.0}, {"status": "oom", "contended": 1.0}]
+    line = contention_note(pd.DataFrame(rows), cores=2)
+    assert line.startswith("2 of 3 trials shared the CPU with other processes (other work used "
+                           "2.1 of 2 cores)")  # oom rows do not count; the median of 2: upper
+    assert "wait_for_idle_s" in line and "\n" not in line
+    assert contention_note(rows[2:3]) is None and contention_note([]) is None
+    assert "--wait-for-idle-s 60" in contention_note(rows, wait_option="--wait-for-idle-s 60")
+
+    one = TrialResult(status="ok", hardware={}, workload="gpt", metrics={
+        "tokens_per_s": 392.0, "throughput_rel_ci": math.inf, "steps_timed": 1.0,
+        "windows": 1.0, **busy})
+    shown = str(one)
+    assert "This measurement shared the CPU" in shown and "7 windows set aside" in shown
+    assert "timed: 1 step in 1 window" in shown and "unknown (1 window" in shown
+    assert "This measurement shared the CPU" in one._repr_html_()
+    assert "contended" not in str(TrialResult(status="ok", hardware={}, metrics={"windows": 8.0}))
+
+
+def test_the_dashboard_says_the_line_when_trials_were_flagged(tmp_store) -> None:
+    pytest.importorskip("ipywidgets")
+    import cubicml_lab as cml
+    from cubicml_lab.launch import Launcher
+    from cubicml_lab.trials import TrialResult
+
+    class Busy(Launcher):  # a machine whose every other trial shared its cores
+        calls = 0
+
+        def run(self, spec, *, on_start=None):
+            Busy.calls += 1
+            flagged = Busy.calls % 2 == 0
+            speed = 1000.0 * spec["config"]["micro_batch"]
+            return TrialResult(status="ok", hardware={}, workload="gpt", config=spec["config"],
+                               metrics={"throughput": speed, "tokens_per_s": speed,
+                                        "throughput_rel_ci": 0.01, "others_cpu": 1.8,
+                                        "contended": 1.0 if flagged else 0.0})
+
+        def describe(self):
+            return {"kind": "busy"}
+
+    space = cml.Space([cml.PowerOfTwo("micro_batch", 1, 8)])
+    camp = cml.Campaign("busy", space, workload="gpt", launcher=Busy(), store=tmp_store,
+                        searcher=cml.RandomSearch(space, seed=0))
+    camp.run(budget=4, progress=False)
+    board = cml.widgets.CampaignDashboard(camp)
+    assert "2 of 4 trials shared the CPU with other processes" in board.status.value
+    assert "wait_for_idle_s" in board.status.value

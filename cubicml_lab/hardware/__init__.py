@@ -25,7 +25,8 @@
   windows held to that one: ``time_steps``).
 
 Importing this package imports no torch. Its modules: :mod:`~cubicml_lab.hardware.machine`,
-:mod:`~cubicml_lab.hardware.gpu` and :mod:`~cubicml_lab.hardware.contention`.
+:mod:`~cubicml_lab.hardware.gpu`, :mod:`~cubicml_lab.hardware.contention` and
+:mod:`~cubicml_lab.hardware.idle` (:func:`wait_for_idle`, before a trial).
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from .contention import (
     usual_speed,
 )
 from .gpu import GpuTelemetry, ThrottleGuard, parse_smi_sample, summarize_telemetry
+from .idle import IDLE_MAX_OTHERS, wait_for_idle
 from .machine import (
     attention_score_seconds,
     cpu_model,
@@ -66,4 +68,5 @@ __all__ = ["attention_score_seconds", "CpuContention", "GpuTelemetry", "Referenc
            "REFERENCE_PRECISIONS",
            "parse_smi_sample", "peak_memory_gib", "REFERENCE_ROWS", "reference_nominal",
            "resident_gib", "reference_rows", "reference_usual", "usual_speed", "reset_peak_memory",
-           "summarize_telemetry", "tune_cpu_allocator", "cpu_model"]
+           "summarize_telemetry", "tune_cpu_allocator", "cpu_model", "IDLE_MAX_OTHERS",
+           "wait_for_idle"]

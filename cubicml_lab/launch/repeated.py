@@ -105,9 +105,10 @@ __all__ = ["Repeated"]
 
 _SUMMED = frozenset({"steps_timed", "windows", "contended_windows", "offstate_windows",
                      "outlier_steps", "reference_samples", "warmup_steps", "measure_s",
-                     "contended_s", "offstate_s", "drift_gated"})
+                     "contended_s", "offstate_s", "drift_gated", "idle_wait_s"})
 _LARGEST = frozenset({"peak_mem_gib", "contended", "cpu_wait", "others_cpu", "cpu_steal",
-                      "step_time_rel_spread", "reference_rel_spread"})
+                      "step_time_rel_spread", "reference_rel_spread", "idle_others_cpu",
+                      "idle_timed_out"})
 _SMALLEST = frozenset({"target_met"})
 #: What ``hardware["processes"]`` keeps of each process's metrics (those it has): its figure
 #: and CI, and what tells a disturbed process from a steady one (its raw figure, reference

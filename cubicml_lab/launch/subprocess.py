@@ -95,7 +95,8 @@ class Subprocess(Launcher):
 
     Args:
         timeout_s: Wall-clock limit per trial in seconds, from start to exit, interpreter start
-            and torch import included.
+            and torch import included, a wait for idle cores (the measure option
+            ``wait_for_idle_s``) not.
         memory_limit_gib: Cap on the trial's virtual address space in GiB (``RLIMIT_AS``);
             ``None`` for no cap. Must exceed the torch import floor (see the module docstring).
         python: Interpreter to run the trial with; default: the one running this code.
@@ -213,7 +214,7 @@ class Subprocess(Launcher):
                 self._live.add(job.pid)
             try:
                 job.hand_over(json.dumps(spec), on_start)
-                timed_out = self._wait_trial(job, folder)
+                timed_out = self._wait_trial(job, folder, _idle_allowance_s(spec))
                 wall_s = time.perf_counter() - start
                 code = job.exit_code if job.exit_code is not None else job.guard_status()
                 return self._collect(spec, code, timed_out, wall_s, result_path,
@@ -226,9 +227,10 @@ class Subprocess(Launcher):
         finally:
             shutil.rmtree(folder, ignore_errors=True)  # if the guard could not
 
-    def _wait_trial(self, job: GuardedProcess, folder: str) -> bool:
-        """Wait for the trial to end, enforcing the timeout; True if it timed out."""
-        outcome = job.wait(self.timeout_s, lambda: _results_in(folder))
+    def _wait_trial(self, job: GuardedProcess, folder: str, allowance_s: float = 0.0) -> bool:
+        """Wait for the trial to end, enforcing the timeout (plus ``allowance_s``, the trial's
+        wait for idle cores); True if it timed out."""
+        outcome = job.wait(self.timeout_s + allowance_s, lambda: _results_in(folder))
         if outcome == "result":  # a result is written: give the rest a moment to exit
             if job.wait(_RESULT_GRACE_S) == "timeout":
                 job.signal(signal.SIGTERM)
@@ -297,6 +299,15 @@ class Subprocess(Launcher):
 def _results_in(directory: str) -> dict[int, str]:
     """Result files in a trial directory by rank: ``result.json`` (rank 0) and
     ``result.json.rank<N>`` (a failed rank N of a multi-process trial)."""
+def _idle_allowance_s(spec: dict[str, Any]) -> float:
+    """Seconds the trial may wait for idle cores before it starts (its measure option
+    ``wait_for_idle_s``, checked by ``MeasureOptions``); they do not count against
+    ``timeout_s``."""
+    wait = (spec.get("measure") or {}).get("wait_for_idle_s", 0.0)
+    return float(wait) if isinstance(wait, (int, float)) and not isinstance(wait, bool) \
+        and 0 < wait < math.inf else 0.0
+
+
     found: dict[int, str] = {}
     try:
         names = os.listdir(directory)

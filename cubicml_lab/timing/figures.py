@@ -105,6 +105,9 @@ class Timing:
         window_reference_s: With ``MeasureOptions.drift_per_window``, per window of
             ``step_times_s``, the reference step time it is corrected by (the geometric mean of
             the clean samples on either side of it); empty otherwise.
+        idle: With ``MeasureOptions.wait_for_idle_s``, what the wait for idle cores before
+            the warm-up found (:func:`~cubicml_lab.hardware.wait_for_idle`: ``idle_wait_s``,
+            ``idle_others_cpu``, ``idle_timed_out``); empty otherwise.
     """
 
     step_times_s: list[float]
@@ -130,6 +133,7 @@ class Timing:
     drift_gated: bool = False
     reference_usual_s: float = math.nan
     window_reference_s: list[float] = field(default_factory=list)
+    idle: dict[str, float] = field(default_factory=dict)
 
 
 #: Repeat-to-repeat noise of a clean CPU figure that its own windows cannot see, as a
@@ -453,8 +457,8 @@ def summarize(timing: Timing, units_per_step: float, flops_per_step: float,
         GP: ``(rel_ci / 1.96)**2 + REPEAT_LOG_SD**2`` (an unknown CI as 0.5 / 1.96), at least
         ``CONTENDED_LOG_VAR`` or ``UNTRUSTED_LOG_VAR`` when flagged), ``throughput_per_device,
         achieved_tflops (TFLOP/s, all devices), peak_tflops (one device; NaN if unknown), mfu
-        (0-1), n_devices, measure_s``, plus :func:`guard_metrics` and
-        :func:`reference_metrics`.
+        (0-1), n_devices, measure_s``, plus :func:`guard_metrics`,
+        :func:`reference_metrics` and ``timing.idle`` (the wait for idle cores, if any).
     """
     t_raw = timing.median_step_time_s
     raw = units_per_step / t_raw if t_raw > 0 else math.nan
@@ -489,7 +493,7 @@ def summarize(timing: Timing, units_per_step: float, flops_per_step: float,
            "throughput_per_device": throughput / n_devices, "achieved_tflops": achieved / 1e12,
            "peak_tflops": peak / 1e12, "mfu": achieved / (peak * n_devices),
            "n_devices": float(n_devices), "measure_s": timing.elapsed_s,
-           **guard_metrics(timing), **ref}
+           **guard_metrics(timing), **ref, **timing.idle}
     if units:
         out[f"{units}_per_s"] = throughput
         out[f"{units}_per_s_per_device"] = throughput / n_devices

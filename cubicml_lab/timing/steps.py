@@ -10,17 +10,19 @@ import gc
 import math
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from typing import Any, Protocol
 
 from ..errors import MeasurementError
-from ..hardware import MAX_CPU_WAIT
+from ..hardware import MAX_CPU_WAIT, wait_for_idle
 from .figures import DRIFT_EXPONENT, Timing, median_rel_ci, quantile
 
-__all__ = ["CudaEventTimer", "MeasureOptions", "StepTimer", "WindowGuard", "make_timer",
-           "time_steps"]
+__all__ = ["MAX_IDLE_WAIT_S", "CudaEventTimer", "MeasureOptions", "StepTimer", "WindowGuard",
+           "make_timer", "time_steps"]
 
 _MIN_WINDOWS = 8  # windows shrink below window_min_s if needed so that max_steps holds this many
+#: Longest wait for idle cores a trial may ask for (``MeasureOptions.wait_for_idle_s``): an hour.
+MAX_IDLE_WAIT_S = 3600.0
 
 
 # ----------------------------------------------------------------------------- the options
@@ -74,6 +76,12 @@ class MeasureOptions:
             samples; the CI the timing stops on is then the corrected windows'. It follows
             drift that moves within a trial, which one median of the samples averages over.
             Without a reference (``reference_share`` 0, or none given) it does nothing.
+        wait_for_idle_s: Before the warm-up, wait up to this many seconds for other work to
+            leave the trial's cores idle (:func:`~cubicml_lab.hardware.wait_for_idle`; a
+            progress bar shows the wait), then run whatever it found; 0, the default: no wait.
+            The trial records ``idle_wait_s``, ``idle_others_cpu`` and ``idle_timed_out``.
+            A busy machine otherwise gets ``contended`` (flagged) figures; the subprocess
+            launchers add this wait to their ``timeout_s``.
     """
 
     target_rel_ci: float = 0.015
@@ -146,6 +154,7 @@ class MeasureOptions:
     # campaigns each (``--demo 5``), leave-one-out tau 0.879, 0.848, 0.788, 0.758, 0.848 against
     # 0.788, 0.697, 0.758, 0.818, 0.697, the same best configuration in all 10.
     drift_per_window: bool = True
+    wait_for_idle_s: float = 0.0
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -173,7 +182,9 @@ class MeasureOptions:
                   ("contended_budget", self.contended_budget >= 0, ">= 0"),
                   ("reference_share", 0 <= self.reference_share < 1, "in [0, 1)"),
                   ("drift_tol", self.drift_tol >= 0, ">= 0 (0: off)"),
-                  ("drift_budget", self.drift_budget >= 0, ">= 0")]
+                  ("drift_budget", self.drift_budget >= 0, ">= 0"),
+                  ("wait_for_idle_s", 0 <= self.wait_for_idle_s <= MAX_IDLE_WAIT_S,
+                   f"in [0, {MAX_IDLE_WAIT_S:g}] seconds (0: no wait)")]
         for name, ok, rule in checks:
             if not ok:
                 raise MeasurementError(
@@ -534,6 +545,7 @@ def time_steps(step: Callable[[], Any], *, sync: Callable[[], None] | None = Non
     timer = timer if timer is not None else StepTimer(sync)
     agree = reduce if reduce is not None else float
     o = options
+    idle = _wait_for_idle(o.wait_for_idle_s) if o.wait_for_idle_s > 0 else {}
     t_begin = time.perf_counter()
     warm = _warm_up(step, timer, agree, o)
     recent = sorted(warm[1:][-3:] or warm)  # the first step (compilation...) says nothing
@@ -569,7 +581,30 @@ def time_steps(step: Callable[[], Any], *, sync: Callable[[], None] | None = Non
     finally:
         if gc_was_enabled:
             gc.enable()
-    return _timing(w, warm, k, stop_reason, time.perf_counter() - t_begin)
+    return replace(_timing(w, warm, k, stop_reason, time.perf_counter() - t_begin), idle=idle)
+
+
+def _wait_for_idle(timeout_s: float) -> dict[str, float]:
+    """:func:`~cubicml_lab.hardware.wait_for_idle` with a progress bar once the cores are
+    found busy (on stderr: a notebook shows it under the cell; a subprocess trial's log keeps
+    it)."""
+    bar: Any = None
+
+    def show(waited: float, others: float) -> None:
+        nonlocal bar
+        if bar is None:
+            from tqdm.auto import tqdm
+
+            bar = tqdm(total=round(timeout_s), unit="s", desc="waiting for idle cores",
+                       bar_format="{desc}: {n:.0f} of {total:.0f} s{postfix}", leave=False)
+        bar.set_postfix_str(f"other work uses {others:.1f} cores", refresh=False)
+        bar.update(min(round(waited), bar.total) - bar.n)
+
+    try:
+        return wait_for_idle(timeout_s, on_sample=show)
+    finally:
+        if bar is not None:
+            bar.close()
 
 
 def _timing(w: _Windows, warm: list[float], k: int, stop_reason: str, elapsed: float) -> Timing:

@@ -15,7 +15,7 @@ from ..campaign import Campaign
 from ..campaign_view import status_counts
 from ..errors import CubicMLError
 from ..store import FINAL_STATUSES, Trial, TrialStore
-from ..trials import is_contended
+from ..trials import contention_note, is_contended
 from ._common import _FONT, _GREY, _error_html, _guard, _interval, _set_png, _text, _unit
 
 if TYPE_CHECKING:
@@ -209,7 +209,8 @@ class CampaignDashboard(W.VBox):
             parts.append(f"{s['speedup']:.2f}× the reference")
         if s.get("stop_reason"):
             parts.append(f"stopped: {s['stop_reason']}")
-        self.status.value = _text(" · ".join(parts), "font-weight: bold")
+        self.status.value = _text(" · ".join(parts), "font-weight: bold") + _text(
+            contention_note(self.trials) or "", "color: var(--jp-warn-color0, #b45309)")
 
     def _draw_figure(self) -> None:
         from ..plots import plot_best_so_far
