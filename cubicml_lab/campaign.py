@@ -58,6 +58,7 @@ if TYPE_CHECKING:
 
     from .launch import Launcher
     from .search import Searcher
+    from .workloads import Command
 
 __all__ = ["Campaign", "format_trial"]
 
@@ -154,7 +155,9 @@ class Campaign(CampaignView):
         space: The configurations to search.
         workload: Workload name (see ``cml.workloads.names()``); every parameter of the space
             must be one of its knobs. Constants and derived values that are knobs are passed too;
-            the others are only recorded.
+            the others are only recorded. Or a user's :class:`~cubicml_lab.workloads.Command`:
+            its knobs are the space's names (and ``fixed``), each placeholder checked against
+            them here; it travels with every trial and is stored for resume.
         launcher: Where trials run. Default: a fresh subprocess per trial.
         searcher: Proposes configurations. Default: ``BayesianSearch(space, seed=0)``.
         store: Where trials are kept. Default: ``TrialStore("data/lab.sqlite")``.
@@ -178,7 +181,7 @@ class Campaign(CampaignView):
         name: str,
         space: Space,
         *,
-        workload: str,
+        workload: str | Command,
         launcher: Launcher | None = None,
         searcher: Searcher | None = None,
         store: TrialStore | None = None,
@@ -189,11 +192,13 @@ class Campaign(CampaignView):
     ) -> None:
         from .launch import Subprocess
         from .search import BayesianSearch
-        from .workloads import get
+        from .workloads import Command, get
 
         self.name = name
         self.space = space
-        self.workload = get(workload)
+        # a user's command takes its knobs from the space (checked against it here)
+        self.workload = (workload.bind(space, fixed) if isinstance(workload, Command)
+                         else get(workload))
         self.launcher = launcher if launcher is not None else Subprocess()
         self.searcher = searcher if searcher is not None else BayesianSearch(space, seed=0)
         self.store = store if store is not None else TrialStore("data/lab.sqlite")
@@ -275,8 +280,14 @@ class Campaign(CampaignView):
                       "direction": getattr(self.searcher, "direction", "maximize"),
                       "launcher": self.launcher.describe(), "device": self.device,
                       "measure_options": self.measure_options, "fixed": self.fixed,
-                      "reference": self.reference},
+                      "reference": self.reference, **self._command_spec()},
         )
+
+    def _command_spec(self) -> dict[str, Any]:
+        """``{"command": spec}`` for a user's command (it travels with each trial and is
+        stored for resume), else ``{}``."""
+        to_spec = getattr(self.workload, "to_spec", None)
+        return {"command": to_spec()} if callable(to_spec) else {}
 
     # -- configuration plumbing ----------------------------------------------------------------
     def _workload_config(self, params: Mapping[str, Any]) -> dict[str, Any]:
@@ -294,7 +305,8 @@ class Campaign(CampaignView):
 
     def _spec(self, params: Mapping[str, Any]) -> dict[str, Any]:
         return {"workload": self.workload.name, "config": self._workload_config(params),
-                "device": self.device, "measure": dict(self.measure_options)}
+                "device": self.device, "measure": dict(self.measure_options),
+                **self._command_spec()}
 
     def _tell(self, trial: Trial) -> None:
         if trial.id in self._told or trial.status not in FINAL_STATUSES:
@@ -931,8 +943,12 @@ class Campaign(CampaignView):
                              hint="only campaigns created by Campaign(...) can be read back")
         space = Space.from_dict(info["space"])
         meta = info["metadata"]
+        from .workloads import Command
+
         args: dict[str, Any] = {
-            "workload": info["workload"], "store": store, "device": meta.get("device", "cpu"),
+            "workload": (Command.from_spec(meta["command"]) if meta.get("command")
+                         else info["workload"]), "store": store,
+            "device": meta.get("device", "cpu"),
             "measure_options": meta.get("measure_options"), "fixed": meta.get("fixed"),
             "reference": meta.get("reference")}
         if "searcher" not in kwargs:

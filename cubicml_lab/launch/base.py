@@ -14,7 +14,8 @@ The spec, shared by every launcher and by ``python -m cubicml_lab.launch.worker`
     {"workload": "gpt",                      # name for cubicml_lab.workloads.get
      "config": {"d_model": 128},             # knobs; unspecified ones take the defaults
      "device": "cpu",                        # "cpu", "cuda", "cuda:1", ...
-     "measure": {"max_time_s": 1.0}}         # optional MeasureOptions fields
+     "measure": {"max_time_s": 1.0},         # optional MeasureOptions fields
+     "command": {...}}                       # a user's command (Command.to_spec()), optional
 
 This module imports no torch.
 """
@@ -33,7 +34,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Launcher", "check_spec"]
 
-_SPEC_KEYS = ("workload", "config", "device", "measure")
+_SPEC_KEYS = ("workload", "config", "device", "measure", "command")
 
 
 def check_spec(spec: dict[str, Any]) -> dict[str, Any]:
@@ -72,7 +73,7 @@ def check_spec(spec: dict[str, Any]) -> dict[str, Any]:
             f"spec['workload'] must be a non-empty string, got {spec.get('workload')!r}",
             hint="name a registered workload, e.g. 'gpt'",
         )
-    for key, kind in (("config", dict), ("device", str), ("measure", dict)):
+    for key, kind in (("config", dict), ("device", str), ("measure", dict), ("command", dict)):
         if key in spec and spec[key] is not None and not isinstance(spec[key], kind):
             raise ConfigError(
                 f"spec[{key!r}] must be a {kind.__name__}, got {type(spec[key]).__name__}",

@@ -42,18 +42,20 @@ class GuardedProcess:
         cmd: The trial's argument list (never run through a shell).
         folder: The trial's folder (must not exist; the guard creates it).
         env: The environment of the guard and the trial.
+        cwd: The working directory of the guard and the trial (default: this process's).
 
     Raises:
         LaunchError: This Python cannot start the guard.
     """
 
-    def __init__(self, cmd: list[str], folder: str, env: dict[str, str]) -> None:
+    def __init__(self, cmd: list[str], folder: str, env: dict[str, str],
+                 cwd: str | None = None) -> None:
         guard = [sys.executable, "-I", "-S", GUARD, "--parent", str(os.getpid()),
                  "--dir", folder, "--", *cmd]
         try:
             self.proc = subprocess.Popen(guard, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                          stderr=subprocess.PIPE, env=env,
-                                         start_new_session=True, bufsize=0)
+                                         start_new_session=True, bufsize=0, cwd=cwd)
         except OSError as exc:
             raise LaunchError(f"cannot start the trial guard with {sys.executable!r}: {exc}",
                               hint="this Python must be able to run a script") from exc

@@ -54,12 +54,12 @@ class InProcess(Launcher):
         Raises:
             ConfigError: The spec is malformed.
         """
-        from ..trials import run_trial
+        from .job import run_spec  # a user's command, or run_trial
 
         spec = check_spec(spec)
         if on_start is not None:
             on_start(trial_record())
-        return run_trial(spec)
+        return run_spec(spec)
 
     def describe(self) -> dict[str, Any]:
         """Return ``{"kind": "inprocess"}``."""

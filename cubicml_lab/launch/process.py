@@ -35,8 +35,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-__all__ = ["TRIAL_DIR_PREFIX", "end_trial_process", "identity", "is_running", "new_trial_dir",
-           "owner_state", "process_start", "sweep_trial_dirs", "trial_record"]
+__all__ = ["TRIAL_DIR_PREFIX", "end_trial_process", "group_members", "identity", "is_running",
+           "new_trial_dir", "owner_state", "process_start", "sweep_trial_dirs", "trial_record"]
 
 #: Prefix of every trial's temporary folder.
 TRIAL_DIR_PREFIX = "cubicml-trial-"
@@ -75,7 +75,7 @@ def _stat(pid: int) -> list[str] | None:
     return fields if len(fields) > 19 else None
 
 
-def _group_members(pgid: int) -> list[int]:
+def group_members(pgid: int) -> list[int]:
     """Live (not zombie) processes in process group ``pgid``; Linux only (else ``[]``)."""
     if not sys.platform.startswith("linux"):
         return []
@@ -168,7 +168,7 @@ def end_trial_process(record: Any, timeout_s: float = 5.0) -> bool:
         fields = _stat(pid)
         if fields is not None and int(fields[19]) != start:
             return True  # the pid was recycled, so its old group is empty
-        if not _group_members(pid):
+        if not group_members(pid):
             return True
     elif not is_running(pid, start):
         return True
@@ -177,9 +177,9 @@ def end_trial_process(record: Any, timeout_s: float = 5.0) -> bool:
     except (ProcessLookupError, PermissionError):
         pass
     deadline = time.monotonic() + timeout_s
-    while (_group_members(pid) or is_running(pid, start)) and time.monotonic() < deadline:
+    while (group_members(pid) or is_running(pid, start)) and time.monotonic() < deadline:
         time.sleep(0.02)
-    return not (_group_members(pid) or is_running(pid, start))
+    return not (group_members(pid) or is_running(pid, start))
 
 
 def new_trial_dir(tempdir: str | None = None) -> str:

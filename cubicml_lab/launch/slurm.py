@@ -85,9 +85,9 @@ def _job_main(spec_json: str, plan_json: str) -> str:
     spec, plan = json.loads(spec_json), json.loads(plan_json)
     rank = int(os.environ.get("SLURM_PROCID", "0"))
     if plan["world_size"] == 1:
-        from ..trials import run_trial
+        from .job import run_spec  # a user's command, or run_trial
 
-        result = run_trial(spec)
+        result = run_spec(spec)
     else:
         result = _torchrun_task(spec, plan, rank)
     if rank != 0:

@@ -62,7 +62,7 @@ from .process import new_trial_dir
 if TYPE_CHECKING:
     from ..trials import TrialResult
 
-__all__ = ["Subprocess"]
+__all__ = ["Subprocess", "log_tail"]
 
 _TERM_GRACE_S = 5.0  # seconds between SIGTERM and SIGKILL on a timeout
 _RESULT_GRACE_S = 15.0  # seconds a job may take to exit once a result is written
@@ -206,7 +206,10 @@ class Subprocess(Launcher):
         spec = check_spec(spec)
         folder = new_trial_dir()
         result_path = os.path.join(folder, "result.json")
-        cmd = self.command(os.path.join(folder, "spec.json"), result_path)
+        # a user's command runs in one trial process, which starts the job (under torchrun
+        # for Torchrun: see launch.job)
+        command = Subprocess.command if spec.get("command") is not None else type(self).command
+        cmd = command(self, os.path.join(folder, "spec.json"), result_path)
         start = time.perf_counter()
         try:
             job = GuardedProcess(cmd, folder, self._child_env())
@@ -254,7 +257,7 @@ class Subprocess(Launcher):
         """Turn what the child left behind into a :class:`TrialResult`."""
         from ..trials import TrialResult
 
-        tail = _tail(stderr_path, _STDERR_TAIL_LINES)
+        tail = log_tail(stderr_path, _STDERR_TAIL_LINES)
         written = _results_in(os.path.dirname(result_path))
         if written:
             try:
@@ -353,7 +356,7 @@ def _signal_name(signum: int) -> str:
         return str(signum)
 
 
-def _tail(path: str, lines: int) -> str:
+def log_tail(path: str, lines: int) -> str:
     """Return the last ``lines`` lines of a text file (at most the last 64 KiB are read)."""
     try:
         with open(path, "rb") as f:

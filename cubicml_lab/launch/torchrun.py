@@ -26,10 +26,14 @@ docs describe); only node 0's launcher gets the result, so the others' come back
 from __future__ import annotations
 
 import os
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
 from .subprocess import Subprocess
+
+if TYPE_CHECKING:
+    from ..trials import TrialResult
 
 __all__ = ["Torchrun"]
 
@@ -102,15 +106,29 @@ class Torchrun(Subprocess):
                 "nnodes": self.nnodes, "node_rank": self.node_rank,
                 "master_addr": self.master_addr, "master_port": self.master_port}
 
-    def command(self, spec_path: str, result_path: str) -> list[str]:
-        """The torchrun argument list (never run through a shell)."""
-        # [python, -m, cubicml_lab.launch.worker, ...]
-        trial = super().command(spec_path, result_path)
-        cmd = [trial[0], "-m", "torch.distributed.run", "--nnodes", str(self.nnodes),
-               "--nproc-per-node", str(self.nproc_per_node), "--max-restarts", "0"]
+    def options(self) -> list[str]:
+        """torchrun's options for this launcher: nodes, processes, rendezvous."""
+        cmd = ["--nnodes", str(self.nnodes), "--nproc-per-node", str(self.nproc_per_node),
+               "--max-restarts", "0"]
         if self.master_addr is None:
             cmd.append("--standalone")
         else:
             cmd += ["--node-rank", str(self.node_rank), "--master-addr", self.master_addr,
                     "--master-port", str(self.master_port)]
-        return cmd + trial[1:]
+        return cmd
+
+    def command(self, spec_path: str, result_path: str) -> list[str]:
+        """The torchrun argument list (never run through a shell)."""
+        # [python, -m, cubicml_lab.launch.worker, ...]
+        trial = super().command(spec_path, result_path)
+        return [trial[0], "-m", "torch.distributed.run", *self.options(), *trial[1:]]
+
+    def run(self, spec: dict[str, Any], *,
+            on_start: Callable[[dict[str, Any]], None] | None = None) -> TrialResult:
+        """Run one trial as :class:`Subprocess` does, under torchrun. A user's command (a spec
+        with ``"command"``) runs in one trial process, which starts the job's script under
+        torchrun with these options (:mod:`cubicml_lab.launch.job`)."""
+        if isinstance(spec, dict) and isinstance(spec.get("command"), dict):
+            spec = {**spec, "command": {**spec["command"], "torchrun": {
+                "options": self.options(), "devices": self.world_size}}}
+        return super().run(spec, on_start=on_start)

@@ -119,9 +119,9 @@ def write_result(path: str | os.PathLike[str], result: TrialResult) -> None:
 def _run(spec: dict[str, Any]) -> TrialResult:
     """Run the trial; an error that escapes ``run_trial`` (e.g. an import) becomes a result."""
     try:
-        from ..trials import run_trial
+        from .job import run_spec  # a user's command, or run_trial
 
-        return run_trial(spec)
+        return run_spec(spec)
     except Exception as err:  # noqa: BLE001 - every failure must become a stored result
         from ..trials import failure_result
 

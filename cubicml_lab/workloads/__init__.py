@@ -21,8 +21,9 @@ from typing import Any
 
 from ..errors import ConfigError
 from .base import Built, Knob, Workload
+from .command import Command
 
-__all__ = ["Built", "Knob", "Workload", "WithDefaults", "get", "names"]
+__all__ = ["Built", "Command", "Knob", "Workload", "WithDefaults", "get", "names"]
 
 _REGISTRY: dict[str, tuple[str, str]] = {"dlrm": ("cubicml_lab.workloads.dlrm", "DLRMWorkload"),
                                          "gpt": ("cubicml_lab.workloads.gpt", "GPTWorkload")}

@@ -1,0 +1,271 @@
+"""A user's command as a workload: definition checks, rendering, figures from its reports, real
+jobs under the launchers, campaigns, and its bad inputs (issue 48).
+
+The jobs are real programs under ``tests/jobs/``: ``toy_job.py`` (standard library only, for the
+failure modes) and ``plain_loop.py`` (a PyTorch loop reporting through ``cubicml_lab.report``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import cubicml_lab as cml
+from cubicml_lab.errors import ConfigError
+from cubicml_lab.launch import InProcess, Subprocess
+from cubicml_lab.launch.process import is_running, process_start
+from cubicml_lab.timing import MeasureOptions
+from cubicml_lab.workloads import Command
+from cubicml_lab.workloads.job_reports import MEGATRON, JobReports, check_sources
+
+JOBS = Path(__file__).resolve().parent / "jobs"
+TOY = str(JOBS / "toy_job.py")
+LOOP = str(JOBS / "plain_loop.py")
+QUICK = {"max_time_s": 1.5, "min_steps": 5}
+
+
+def toy(mode: str, *extra: str, **kw) -> Command:
+    return Command(f"toy-{mode}", argv=[sys.executable, TOY, mode, *extra], units="samples",
+                   **kw)
+
+
+def run(cmd: Command, config=None, launcher=None, measure=QUICK):
+    spec = {"workload": cmd.name, "config": config or {}, "command": cmd.to_spec(),
+            "measure": measure}
+    return (launcher or InProcess()).run(spec)
+
+
+# -- definition -------------------------------------------------------------------------------
+def test_placeholders_render_and_metacharacters_stay_one_argument():
+    job = Command("j", argv=["python", "t.py", "--tp={tp}", "{name}", "{{literal}}"],
+                  env={"MY_FLAG": "{tp}x"})
+    nasty = "a b; rm -rf / $(whoami) `id` | cat > x && echo '\"'"
+    out = job.render({"tp": 2, "name": nasty})
+    assert out.argv == ["python", "t.py", "--tp=2", nasty, "{literal}"]
+    assert out.env == {"MY_FLAG": "2x"}
+    assert job.placeholders() == ["tp", "name"]
+    assert job.render({"tp": True, "name": 1.5}).argv[2:4] == ["--tp=true", "1.5"]
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["python", "{tp.x}"], "not a knob name"),
+    (["python", "{0}"], "not a knob name"),
+    (["python", "{tp!r}"], "not a knob name"),
+    (["python", "{tp"], r"argv\[1\]"),
+    (["python", "line\nbreak"], "control character"),
+    ("python train.py", "list of strings"),
+    ([], "non-empty list"),
+    (["python", 3], "must be a string"),
+])
+def test_bad_argv_is_refused_naming_the_field(argv, words):
+    with pytest.raises(ConfigError, match=words):
+        Command("j", argv=argv)
+
+
+def test_bad_values_env_and_pattern_are_refused():
+    job = Command("j", argv=["python", "{a}"])
+    for value, words in ([[1, 2], "not a plain scalar"], [{"x": 1}, "not a plain scalar"],
+                         [math.nan, "not finite"], ["a\x00b", "control character"]):
+        with pytest.raises(ConfigError, match=words):
+            job.render({"a": value})
+    with pytest.raises(ConfigError, match="needs a value"):
+        job.render({})
+    with pytest.raises(ConfigError, match="environment variable name"):
+        Command("j", argv=["x"], env={"1BAD": "v"})
+    with pytest.raises(ConfigError, match="no named group the lab reads"):
+        Command("j", argv=["x"], metrics=[r"step (\d+) took (?P<secs>[\d.]+)"])
+    with pytest.raises(ConfigError, match="not a regular expression"):
+        check_sources(["(?P<step_time_s>"])
+    with pytest.raises(ConfigError, match="units"):
+        Command("j", argv=["x"], units="images")
+
+
+def test_bind_checks_placeholders_against_the_space(tmp_store):
+    space = cml.Space([cml.Int("mb", 1, 4), cml.Choice("opt", ["sgd", "adam"])],
+                      constants={"world": 2}, derived={"gb": "mb * world"})
+    job = Command("j", argv=["python", "t.py", "--mb={mb}", "--gb={gb}", "--opt={opt}"])
+    bound = job.bind(space)
+    assert set(bound.knobs()) == {"mb", "opt", "world", "gb"}
+    with pytest.raises(ConfigError, match=r"\['tp'\].*not knobs of the space"):
+        Command("j", argv=["python", "--tp={tp}"]).bind(space)
+    bad = cml.Space([cml.Choice("name", ["ok", "new\nline"])])
+    with pytest.raises(ConfigError, match="control character"):
+        cml.Campaign("bad", bad, workload=Command("j", argv=["x", "{name}"]),
+                     store=tmp_store)
+
+
+@pytest.mark.parametrize("suffix, template", [
+    (".toml", '[parallelism]\ntensor_parallel_degree = 1\n[training]\nsteps = 10\n'),
+    (".yaml", "parallelism:\n  tensor_parallel_degree: 1\ntraining:\n  steps: 10\n"),
+    (".json", '{"parallelism": {"tensor_parallel_degree": 1}, "training": {"steps": 10}}'),
+])
+def test_config_file_from_a_template(tmp_path, suffix, template):
+    path = tmp_path / f"train{suffix}"
+    path.write_text(template)
+    job = Command("j", argv=["python", "t.py", "--job.config_file", "{config_file}"],
+                  config_file=path, config_keys={"parallelism.tensor_parallel_degree": "tp",
+                                                 "model.flavor": "flavor"})
+    out = job.render({"tp": 4, "flavor": "debug"}, trial_dir="/trial")
+    assert out.argv[-1] == f"/trial/train{suffix}" and out.config_name == f"train{suffix}"
+    written = tmp_path / f"out{suffix}"
+    written.write_text(out.config_text)
+    from cubicml_lab.workloads.config_files import load_config
+
+    data = load_config(written)
+    assert data["parallelism"]["tensor_parallel_degree"] == 4
+    assert data["model"]["flavor"] == "debug" and data["training"]["steps"] == 10
+    again = Command.from_spec(json.loads(json.dumps(job.to_spec())))
+    assert again.render({"tp": 4, "flavor": "debug"}, "/trial") == out
+
+
+def test_config_file_errors_name_the_file(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[x\n")
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        Command("j", argv=["x"], config_file=bad)
+    with pytest.raises(ConfigError, match="unknown format"):
+        Command("j", argv=["x"], config_file=tmp_path / "a.ini")
+    with pytest.raises(ConfigError, match="cannot read"):
+        Command("j", argv=["x"], config_file=tmp_path / "missing.json")
+    ok = tmp_path / "ok.json"
+    ok.write_text('{"a": 1}')
+    with pytest.raises(ConfigError, match="is a int in the template"):
+        Command("j", argv=["x"], config_file=ok, config_keys={"a.b": "k"}).render({"k": 1})
+
+
+def test_repr_html_shows_template_rendered_argv_and_sources():
+    job = Command("llama", argv=["torchrun", "train.py", "--tp={tp}"], metrics=["torchtitan"])
+    html = job._repr_html_()
+    assert "--tp={tp}" in html and "--tp=&lt;tp&gt;" in html and "torchtitan log lines" in html
+    bound = job.bind(cml.Space([cml.PowerOfTwo("tp", 1, 4)]))
+    assert f"--tp={bound.knobs()['tp'].default}" in bound._repr_html_()
+
+
+# -- reading reports --------------------------------------------------------------------------
+def test_metrics_file_with_junk_lines_is_read_and_junk_counted(tmp_path):
+    path = tmp_path / "m.jsonl"
+    lines = []
+    for i in range(60):
+        lines.append(json.dumps({"v": 1, "event": "step", "rank": 0, "t": 0.1 * i,
+                                 "wall": 0.0, "step": i, "tokens": 512, "loss": 1.0}))
+        lines += ["garbage", '{"v": 9, "event": "step", "t": 1}', "[1]", ""]
+    lines.append(json.dumps({"v": 1, "event": "memory", "rank": 0, "t": 9, "wall": 0,
+                             "peak_gib": 1.5}))
+    path.write_text("\n".join(lines) + '\n{"v": 1, "event": "st')
+    reports = JobReports(["report"], str(path), [])
+    assert reports.poll() == 60
+    reports.finish()
+    assert reports.junk == 3 * 60 + 1
+    m = reports.figures("tokens", MeasureOptions(min_steps=5), 6.0)
+    assert m["step_time_s"] == pytest.approx(0.1) and m["tokens_per_s"] == pytest.approx(5120)
+    assert m["peak_mem_gib"] == 1.5 and m["junk_lines"] == 181 and m["warmup_steps"] >= 2
+
+
+def test_megatron_pattern_reads_its_log_line(tmp_path):
+    # the line as megatron/training/training.py's training_log prints it
+    line = (" [2026-12-05 10:00:00.000000] iteration       20/    1000 | consumed samples: "
+            "       160 | elapsed time per iteration (ms): 250.5 | throughput per GPU "
+            "(TFLOP/s/GPU): 80.1 | learning rate: 1.000000E-04 | global batch size:     8 | "
+            "lm loss: 2.345600E+00 | loss scale: 1.0 |")
+    import re
+
+    found = re.search(MEGATRON, line).groupdict()
+    assert found == {"step": "20", "step_time_ms": "250.5", "samples": "8", "loss": "2.345600E+00"}
+
+
+def test_torchtitan_and_hf_patterns_read_their_log_lines():
+    import re
+
+    from cubicml_lab.workloads.job_reports import _ANSI, HF_TRAINER, TORCHTITAN
+
+    # torchtitan/components/metrics.py: colour codes around each field
+    titan = ("\x1b[31mstep:  5  \x1b[32mloss:  7.12345  \x1b[38;2;180;60;0mgrad_norm:  1.2345  "
+             "\x1b[38;2;54;234;195mmemory: 12.34GiB(15.60%)  \x1b[34mtps: 12,345  "
+             "\x1b[36mtflops: 123.45  \x1b[35mmfu: 12.48%\x1b[39m")
+    got = re.search(TORCHTITAN, _ANSI.sub("", titan)).groupdict()
+    assert got == {"step": "5", "loss": "7.12345", "peak_mem_gib": "12.34",
+                   "tokens_per_s_per_device": "12,345"}
+    assert re.search(TORCHTITAN, "validate step:  5  loss:  7.1  memory: 1.00GiB(1%)  tps: 9") \
+        is None
+    hf = "{'loss': 2.3456, 'grad_norm': 1.23, 'learning_rate': 5e-05, 'epoch': 0.12}"
+    assert re.search(HF_TRAINER, hf).group("loss") == "2.3456"
+
+
+# -- real jobs --------------------------------------------------------------------------------
+def test_toy_job_in_process_gives_figures_and_a_record():
+    nasty = "x; touch /tmp/cubicml-pwned $(id) `id`"
+    res = run(toy("steps", "{arg}"), {"arg": nasty})
+    assert res.status == "ok", res.error
+    m = res.metrics
+    assert 0.015 < m["step_time_s"] < 0.05 and m["samples_per_s"] == pytest.approx(
+        4 / m["step_time_s"])
+    assert m["windows"] >= 6 and m["warmup_steps"] >= 2 and m["job_startup_s"] < 2
+    job = res.hardware["job"]
+    assert job["argv"][-1] == nasty and job["ended"] in ("target met", "max_time_s")
+    assert "torch" in job["packages"] and res.hardware.get("hostname")
+    assert not os.path.exists("/tmp/cubicml-pwned")
+
+
+def test_junk_lines_in_a_real_metrics_file_are_counted():
+    res = run(toy("junk"))
+    assert res.status == "ok", res.error
+    assert res.metrics["junk_lines"] >= 3 and res.hardware["job"]["junk_lines"] >= 3
+
+
+def test_log_pattern_figures_from_a_jobs_stdout():
+    res = run(toy("megatron", metrics=["megatron"]))
+    assert res.status == "ok", res.error
+    assert res.metrics["step_time_s"] == pytest.approx(0.02)
+    assert res.metrics["samples_per_s"] == pytest.approx(400, rel=0.01)
+
+
+@pytest.mark.parametrize("mode, status, words", [
+    ("fail", "failed", "exited with code 3"),
+    ("oom", "oom", "out of memory"),
+])
+def test_a_failing_job_is_data(mode, status, words):
+    res = run(toy(mode))
+    assert res.status == status and words in res.error
+    assert "ValueError: bad learning rate" in res.error or mode == "oom"
+
+
+def test_missing_executable_and_silent_job():
+    res = run(Command("nope", argv=["no-such-program-xyz", "--a"]))
+    assert res.status == "failed" and "not found on PATH" in res.error
+    t = time.monotonic()
+    res = run(toy("silent", timeout_s=1.5))
+    assert res.status == "timeout" and "no step reported within timeout_s = 1.5 s" in res.error
+    assert time.monotonic() - t < 15
+
+
+def test_a_hung_job_is_a_timeout():
+    res = run(toy("hang", stall_s=1.0), measure={"max_time_s": 30, "min_steps": 50})
+    assert res.status == "timeout" and "hung" in res.error
+
+
+def test_a_job_that_forks_and_exits_leaves_nothing_running():
+    res = run(toy("fork"))
+    assert res.status == "failed" and "without reporting a step" in res.error
+    left = res.hardware["job"]["left_running"]
+    assert left and "killed with its group" in res.error
+    deadline = time.monotonic() + 5
+    while any(process_start(p) is not None for p in left) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert all(process_start(p) is None for p in left)
+
+
+@pytest.mark.slow
+def test_subprocess_runs_a_pytorch_loop_and_the_job_dies_with_its_trial():
+    job = Command("loop", argv=[sys.executable, LOOP, "--batch={batch}"], units="samples")
+    res = run(job, {"batch": 16}, launcher=Subprocess(timeout_s=120))
+    assert res.status == "ok", res.error
+    assert res.metrics["samples_per_s"] > 0, res.metrics
+    assert math.isfinite(res.metrics["throughput_rel_ci"]), res.metrics
+    assert res.hardware["job"]["packages"]["torch"]
+    assert not is_running(-1, 0)
