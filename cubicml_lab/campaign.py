@@ -532,6 +532,7 @@ class Campaign(CampaignView):
             LaunchError: The launcher could not start the trial (it is re-queued).
         """
         p = self._as_proposal(proposal, config)
+        self.stop_reason = None  # the campaign moves again: why a run stopped is past
         trial_id, params = self._start(p)
         try:
             result = self._run_one(trial_id, params)
@@ -610,10 +611,17 @@ class Campaign(CampaignView):
         return "on_start" in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
 
     def _claim(self, trial_id: int, record: dict[str, Any]) -> None:
-        """``pending -> running`` with the trial process's record; another process that got
-        there first makes it :class:`_Taken`."""
+        """``pending -> running`` with the trial process's record and what its proposal
+        predicted (``hardware["proposal"]``, read back by any later kernel's dashboard); another
+        process that got there first makes it :class:`_Taken`."""
+        hardware = {"process": dict(record)}
+        p = self._in_flight.get(trial_id)
+        if p is not None:
+            hardware["proposal"] = {"phase": p.phase, **{k: float(v) for k, v in (
+                ("predicted", p.predicted), ("lower", p.lower), ("upper", p.upper),
+                ("p_feasible", p.p_feasible)) if v is not None}}
         try:
-            self.store.mark_running(trial_id, hardware={"process": dict(record)})
+            self.store.mark_running(trial_id, hardware=hardware)
         except StoreError as err:
             if self.store.get_trial(trial_id).status != "pending":
                 raise _Taken(f"trial {trial_id} was claimed by another process",

@@ -372,3 +372,40 @@ def test_review_interrupted_stops_the_trial_shows_it_and_raises_from_code(gpt_sp
     for pid in pids:
         assert not os.path.exists(f"/proc/{pid}") or \
             open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] == "Z"
+
+
+@pytest.mark.slow
+def test_dashboard_after_review_trials_and_in_a_later_kernel(gpt_space, tmp_store):
+    """Trials run from the review after run() stopped: the dashboard drops "stopped: budget
+    reached" and counts them ok; a later kernel's dashboard (a campaign read back from the
+    store) shows what the search predicted for each trial it proposed."""
+    camp = make(gpt_space, tmp_store)
+    proposed = {}
+    camp.observe(lambda event, payload: event == "proposed" and proposed.update(
+        {gpt_space.key(p.config): p for p in payload}))
+    dash = widgets.CampaignDashboard(camp)
+    camp.run(budget=3, progress=False, verbose=False)  # n_init=2: the third is the GP's
+    assert "stopped: budget reached" in dash.status.value
+    review = widgets.ProposalReview(camp)
+    trial = review.accept()
+    assert trial.status == "ok" and "4 trials: 4 ok" in dash.status.value
+    assert "stopped" not in dash.status.value and "pending" not in dash.status.value
+    later = widgets.CampaignDashboard(cml.Campaign.from_store(tmp_store, "w",
+                                                              launcher=cml.launch.InProcess()))
+    rows = {int(cells[0]): cells for cells in _rows(later.latest.value)[1:]}
+    column = _rows(later.latest.value)[0].index("predicted")
+    for t in tmp_store.trials("w"):
+        p = proposed[gpt_space.key(knobs(t, gpt_space))]
+        want = "" if p.predicted is None else fmt(p.predicted)
+        assert rows[t.id][column] == want, (t.id, p.phase)
+        assert t.hardware["proposal"]["phase"] == p.phase
+    assert sum(p.predicted is not None for p in proposed.values()) >= 2  # BO ones shown
+
+
+def _rows(table_html):
+    """The cells of an HTML table (header first), as text."""
+    import re
+
+    cell = re.compile(r"<t[hd][^>]*>(.*?)</t[hd]>")
+    return [[html.unescape(re.sub("<[^>]+>", "", c)) for c in cell.findall(row)]
+            for row in re.findall(r"<tr>(.*?)</tr>", table_html, flags=re.S)]

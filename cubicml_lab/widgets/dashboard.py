@@ -235,8 +235,7 @@ class CampaignDashboard(W.VBox):
             return
         rows = []
         for t in latest:
-            p = self._ran.get(t.id) or self._running.get(t.id)
-            predicted = "" if p is None or p.predicted is None else fmt(p.predicted)
+            predicted = self._predicted(t)
             note = (t.error or "").strip().splitlines()[-1][:60] if t.error else ""
             flagged = t.status == "ok" and is_contended(t.metrics)
             rows.append([t.id, "ok, contended" if flagged else t.status,
@@ -246,6 +245,16 @@ class CampaignDashboard(W.VBox):
         columns = ["id", "status", *names, obj, "predicted", "step_time_s", "note"]
         self.latest.value = (f"<div style='{_FONT}'><b>latest trials</b>"
                              f"{rows_table(columns, rows)}</div>")
+
+    def _predicted(self, t: Trial) -> str:
+        """What the search predicted for ``t`` when it was proposed: the record the campaign
+        stored with the trial (so a trial of an earlier kernel has it too), else the proposal
+        this dashboard saw; blank for a configuration given by hand or a space-filling one."""
+        stored = (t.hardware or {}).get("proposal")
+        if isinstance(stored, Mapping) and isinstance(stored.get("predicted"), (int, float)):
+            return fmt(stored["predicted"])
+        p = self._ran.get(t.id) or self._running.get(t.id)
+        return "" if p is None or p.predicted is None else fmt(p.predicted)
 
     def _draw_proposals(self) -> None:
         names = self.campaign.space.names
