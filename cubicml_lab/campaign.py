@@ -918,18 +918,21 @@ class Campaign(CampaignView):
         return write_campaign_file(self, path, budget, parallel)
 
     @classmethod
-    def from_yaml(cls, path: str | os.PathLike[str]) -> Campaign:
+    def from_yaml(cls, path: str | os.PathLike[str], *,
+                  allow_commands: bool = False) -> Campaign:
         """The campaign a campaign file describes, ready to :meth:`run` (budget and parallel
         from the file); see :func:`~cubicml_lab.campaign_file.campaign_from_file` for its keys.
         Checked like a space: unknown keys, bad values and a bad space, launcher or searcher are
-        refused naming the field; nothing in the file is executed.
+        refused naming the field; nothing in the file is executed. A file whose ``command``
+        names a program of its own is refused, with what it would run, unless
+        ``allow_commands=True`` (your consent to run it).
 
         Raises:
             ConfigError, SpaceError, StoreError: What is wrong, with the file's path.
         """
         from .campaign_file import campaign_from_file
 
-        return campaign_from_file(cls, path)
+        return campaign_from_file(cls, path, allow_commands=allow_commands)
 
     @classmethod
     def from_store(cls, store: TrialStore, name: str, **kwargs: Any) -> Campaign:

@@ -37,7 +37,10 @@ __all__ = ["FILE_KEYS", "campaign_from_file", "campaign_to_dict", "read_campaign
 
 #: The keys of a campaign file (``name``, ``workload`` and ``space`` are required).
 FILE_KEYS = ("name", "workload", "space", "fixed", "device", "measure_options", "reference",
-             "launcher", "searcher", "store", "budget", "parallel")
+             "launcher", "searcher", "store", "budget", "parallel", "command")
+#: The keys of a file's ``command`` (``Command``'s arguments; the name is ``workload``).
+COMMAND_KEYS = ("argv", "env", "config_file", "config_keys", "metrics", "units", "cwd",
+                "timeout_s", "stall_s", "grace_s", "config_name", "config_template")
 _MAX_BYTES = 1 << 20
 
 
@@ -56,7 +59,57 @@ def campaign_to_dict(camp: Any, budget: int | None = None,
             "launcher": camp.launcher.describe(), "searcher": searcher_to_dict(camp.searcher),
             "store": str(camp.store.path),
             "budget": camp.budget if budget is None else budget,
-            "parallel": camp.parallel if parallel is None else parallel}
+            "parallel": camp.parallel if parallel is None else parallel,
+            **_command_entry(camp.workload)}
+
+
+def _command_entry(workload: Any) -> dict[str, Any]:
+    """``{"command": ...}`` for a user's command (its config template inline), else ``{}``."""
+    to_spec = getattr(workload, "to_spec", None)
+    if not callable(to_spec):
+        return {}
+    return {"command": {k: v for k, v in to_spec().items() if k != "name" and v is not None}}
+
+
+def _file_command(path: str | os.PathLike[str], data: dict[str, Any]) -> Any:
+    """The file's ``command`` as a :class:`~cubicml_lab.workloads.Command` named by its
+    ``workload`` (a relative ``config_file`` or ``cwd`` is the file's folder's), or None.
+
+    Raises:
+        ConfigError: Not a mapping, an unknown key, or what ``Command`` refuses, with the path.
+    """
+    from .workloads import Command
+
+    entry = data.get("command")
+    if entry is None:
+        return None
+    unknown = sorted(str(k) for k in set(entry) - set(COMMAND_KEYS)) \
+        if isinstance(entry, dict) else None
+    if unknown is None or unknown:
+        raise ConfigError(f"{path}: command must be a mapping of {', '.join(COMMAND_KEYS)}"
+                          + (f"; unknown key(s) {unknown}" if unknown else ""),
+                          hint="e.g. command: {argv: [python, train.py, '--batch={batch}']}")
+    entry, here = dict(entry), Path(path).resolve().parent
+    for key in ("config_file", "cwd"):
+        if isinstance(entry.get(key), str):
+            entry[key] = str(here / entry[key])
+    try:
+        if "config_file" in entry or "config_template" not in entry:
+            return Command(str(data["workload"]), **entry)
+        return Command.from_spec({"name": str(data["workload"]), **entry})
+    except (ConfigError, TypeError) as err:
+        message = getattr(err, "message", str(err))
+        raise ConfigError(f"{path}: command: {message}",
+                          hint=getattr(err, "hint", None) or "see Command's arguments") from None
+
+
+def _consent(path: str | os.PathLike[str], command: Any, space: Space,
+             fixed: Any) -> None:
+    """Refuse a file that names a program, listing what it would run."""
+    shown = command.bind(space, fixed).describe()
+    raise ConfigError(f"{path} runs a program of its own; it would run:\n{shown}",
+                      hint="run it only if you trust the file: cubicml-lab run --allow-commands "
+                           f"{path} (Campaign.from_yaml(path, allow_commands=True))")
 
 
 def write_campaign_file(camp: Any, path: str | os.PathLike[str], budget: int | None = None,
@@ -70,13 +123,16 @@ def write_campaign_file(camp: Any, path: str | os.PathLike[str], budget: int | N
     return out
 
 
-def campaign_from_file(cls: type, path: str | os.PathLike[str]) -> Any:
+def campaign_from_file(cls: type, path: str | os.PathLike[str],
+                       allow_commands: bool = False) -> Any:
     """The campaign (of class ``cls``) that the file at ``path`` describes, ready to run.
 
     Keys: ``name``, ``workload``, ``space`` (required); ``fixed``, ``device``,
     ``measure_options``, ``reference``, ``launcher`` (default subprocess), ``searcher``
     (default bayesian), ``store`` (default ``data/lab.sqlite``, relative to the working
-    directory), ``budget``, ``parallel``.
+    directory), ``budget``, ``parallel``; ``command`` (:data:`COMMAND_KEYS`: a user's program
+    as :class:`~cubicml_lab.workloads.Command`, named by ``workload``), which is run only with
+    ``allow_commands=True``: without it the file is checked and refused with what it would run.
 
     Raises:
         ConfigError, SpaceError, StoreError: What is wrong, with the file's path.
@@ -89,7 +145,10 @@ def campaign_from_file(cls: type, path: str | os.PathLike[str]) -> Any:
         space = Space.from_dict(data["space"])
     except SpaceError as err:
         raise SpaceError(f"{path}: space: {err.message}", hint=err.hint or "") from None
-    camp = cls(str(data["name"]), space, workload=data["workload"],
+    command = _file_command(path, data)
+    if command is not None and not allow_commands:
+        _consent(path, command, space, data.get("fixed"))
+    camp = cls(str(data["name"]), space, workload=command or data["workload"],
                launcher=launcher_from_dict(data.get("launcher") or {"kind": "subprocess"}),
                searcher=searcher_from_dict(space, data.get("searcher") or {}),
                store=TrialStore(data.get("store") or "data/lab.sqlite"),

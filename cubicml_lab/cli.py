@@ -45,6 +45,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--budget", type=int, default=None, help="finished trials (default: the file's)")
     run.add_argument("--parallel", type=int, default=None, help="trials at once (default: the file's)")
     run.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    run.add_argument("--allow-commands", action="store_true",
+                     help="run the program the file's command names (without this flag such a "
+                          "file is checked, what it would run is listed, and nothing runs)")
 
     report = sub.add_parser("report", help="print a stored campaign's trials and best configuration")
     report.add_argument("campaign")
@@ -103,7 +106,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif args.command == "run":
             from .campaign import Campaign
 
-            camp = Campaign.from_yaml(args.file)
+            camp = Campaign.from_yaml(args.file, allow_commands=args.allow_commands)
             camp.run(args.budget, args.parallel, progress=not args.no_progress)
             print(camp)
         elif args.command == "report":

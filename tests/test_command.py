@@ -269,3 +269,129 @@ def test_subprocess_runs_a_pytorch_loop_and_the_job_dies_with_its_trial():
     assert math.isfinite(res.metrics["throughput_rel_ci"]), res.metrics
     assert res.hardware["job"]["packages"]["torch"]
     assert not is_running(-1, 0)
+
+
+# -- campaigns --------------------------------------------------------------------------------
+@pytest.mark.slow
+def test_campaign_over_a_command_with_subprocess_then_resume(tmp_store):
+    space = cml.Space([cml.PowerOfTwo("batch", 8, 64)])
+    job = Command("loop", argv=[sys.executable, LOOP, "--batch={batch}", "--label={batch}"],
+                  units="samples")
+    camp = cml.Campaign("cmd", space, workload=job, launcher=Subprocess(timeout_s=120),
+                        searcher=cml.RandomSearch(space, seed=0), store=tmp_store,
+                        measure_options=QUICK)
+    camp.run(budget=3)
+    trials = camp.trials()
+    assert [t.status for t in trials] == ["ok"] * 3, [t.error for t in trials]
+    for t in trials:
+        assert t.workload == "loop" and t.metrics["samples_per_s"] > 0
+        assert t.hardware["job"]["argv"][-1] == f"--label={t.config['batch']}"
+    again = cml.Campaign.from_store(tmp_store, "cmd", launcher=Subprocess(timeout_s=120),
+                                    searcher=cml.RandomSearch(space, seed=1))
+    assert isinstance(again.workload, Command) and again.workload.argv == job.argv
+    again.run(budget=4)
+    assert len(again.trials()) == 4 and again.trials()[-1].status == "ok"
+
+
+def test_a_campaign_whose_program_is_missing_stores_failures(tmp_store):
+    space = cml.Space([cml.Int("a", 1, 3)])
+    job = Command("gone", argv=["/no/such/dir/train", "--a={a}"])
+    camp = cml.Campaign("gone", space, workload=job, launcher=InProcess(),
+                        searcher=cml.RandomSearch(space, seed=0), store=tmp_store)
+    camp.run(budget=2)
+    trials = tmp_store.trials("gone")
+    assert [t.status for t in trials] == ["failed", "failed"]
+    assert all("executable '/no/such/dir/train' not found" in t.error for t in trials)
+
+
+@pytest.mark.slow
+def test_torchrun_runs_the_jobs_script_on_two_cpu_processes():
+    from cubicml_lab.launch import Torchrun
+
+    job = Command("ddp", argv=[sys.executable, LOOP, "--batch={batch}"], units="samples")
+    res = run(job, {"batch": 8}, launcher=Torchrun(nproc_per_node=2, timeout_s=180))
+    assert res.status == "ok", res.error
+    argv = res.hardware["job"]["argv"]
+    assert argv[1:3] == ["-m", "torch.distributed.run"] and "--nproc-per-node" in argv
+    assert res.metrics["ranks_reported"] == 2 and res.metrics["units_per_step"] == 16
+    assert res.metrics["slowest_rank"] in (0, 1) and res.metrics["samples_per_s"] > 0
+
+
+# -- the headless path ------------------------------------------------------------------------
+def _campaign_file(tmp_path, argv) -> Path:
+    import yaml
+
+    space = cml.Space([cml.Choice("arg", ["plain", "semi;colon $(id)"])])
+    (tmp_path / "tmpl.json").write_text('{"job": {"arg": "x"}}')
+    data = {"name": "cli-cmd", "workload": "toy-cli", "space": space.to_dict(),
+            "launcher": {"kind": "inprocess"}, "searcher": {"kind": "random", "seed": 0},
+            "store": str(tmp_path / "lab.sqlite"), "budget": 2, "measure_options": QUICK,
+            "command": {"argv": argv, "units": "samples", "config_file": "tmpl.json",
+                        "config_keys": {"job.arg": "arg"}}}
+    path = tmp_path / "camp.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_cli_runs_a_command_only_with_consent(tmp_path, capsys):
+    from cubicml_lab.cli import main
+
+    path = _campaign_file(tmp_path, [sys.executable, TOY, "steps", "{config_file}"])
+    assert main(["run", str(path), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "runs a program of its own; it would run" in err and "toy_job.py" in err
+    assert "--allow-commands" in err and not (tmp_path / "lab.sqlite").exists()
+    assert main(["run", str(path), "--no-progress", "--allow-commands"]) == 0
+    with cml.TrialStore(tmp_path / "lab.sqlite") as store:
+        trials = store.trials("cli-cmd")
+        assert [t.status for t in trials] == ["ok", "ok"], [t.error for t in trials]
+        written = trials[0].hardware["job"]["config_file"]
+        assert json.loads(written["text"]) == {"job": {"arg": trials[0].config["arg"]}}
+        assert trials[0].hardware["job"]["argv"][-1].endswith("tmpl.json")
+
+
+def test_campaign_file_checks_the_command_like_every_field(tmp_path):
+    path = _campaign_file(tmp_path, [sys.executable, "{nope}"])
+    with pytest.raises(ConfigError, match=r"\['nope'\].*not knobs of the space"):
+        cml.Campaign.from_yaml(path)
+    path = _campaign_file(tmp_path, "python train.py")
+    with pytest.raises(ConfigError, match="camp.yaml: command: .*list of strings"):
+        cml.Campaign.from_yaml(path, allow_commands=True)
+
+
+def test_a_command_campaign_round_trips_through_its_file(tmp_path):
+    path = _campaign_file(tmp_path, [sys.executable, TOY, "steps", "{arg}"])
+    camp = cml.Campaign.from_yaml(path, allow_commands=True)
+    again = cml.Campaign.from_yaml(camp.to_yaml(tmp_path / "again.yaml"), allow_commands=True)
+    assert again.workload.to_spec() == camp.workload.to_spec()
+
+
+@pytest.mark.slow
+def test_the_job_dies_with_its_campaign(tmp_path):
+    """SIGKILL the process running the campaign's launcher: the trial process dies with it
+    (its guard), and the job with the trial process (the job's own guard)."""
+    import signal
+    import subprocess
+
+    pidfile = tmp_path / "job.pid"
+    job = toy("pidfile", str(pidfile))
+    spec = {"workload": job.name, "command": job.to_spec(),
+            "measure": {"max_time_s": 600, "min_steps": 10**6, "max_steps": 10**7}}
+    code = ("import json, sys; from cubicml_lab.launch import Subprocess; "
+            "Subprocess(timeout_s=600).run(json.loads(sys.argv[1]))")
+    owner = subprocess.Popen([sys.executable, "-c", code, json.dumps(spec)])
+    try:
+        deadline = time.monotonic() + 60
+        while not pidfile.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        job_pid = int(pidfile.read_text())
+        start = process_start(job_pid)
+        assert start is not None
+        owner.send_signal(signal.SIGKILL)
+        owner.wait()
+        deadline = time.monotonic() + 15
+        while is_running(job_pid, start) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not is_running(job_pid, start)
+    finally:
+        owner.kill()

@@ -11,6 +11,7 @@
 * ``fork``: starts a child that sleeps in the same process group, then exits 0 at once.
 * ``hang``: reports 12 steps, then sleeps.
 * ``megatron``: prints Megatron-LM-style log lines instead of writing the metrics file.
+* ``pidfile``: writes its pid to the file ``ARG``, then reports steps until stopped.
 """
 
 import json
@@ -51,6 +52,11 @@ def report_steps(limit: int, junk: bool = False) -> None:
 if MODE in ("steps", "junk"):
     print(json.dumps({"arg": ARG}), flush=True)
     report_steps(400 if MODE == "junk" else 100_000, junk=MODE == "junk")
+elif MODE == "pidfile":
+    with open(ARG + ".tmp", "w") as f:
+        f.write(str(os.getpid()))
+    os.replace(ARG + ".tmp", ARG)
+    report_steps(10_000_000)
 elif MODE == "silent":
     time.sleep(3600)
 elif MODE == "fail":
