@@ -116,10 +116,18 @@ def _hides_data(ax: matplotlib.axes.Axes, legend: Any, pad_px: float = 3.0) -> b
     return bool(inside.any())
 
 
-def _integer_x(ax: matplotlib.axes.Axes) -> None:
+def _integer_x(ax: matplotlib.axes.Axes, first: float | None = None,
+               last: float | None = None) -> None:
+    """Whole-number ticks on the x axis (trials, counts); where the data span ``first`` to
+    ``last`` covers few of them, half a step of room each side (one trial: 0.5 to 1.5 with one
+    tick at 1, not matplotlib's 0.945 to 1.055)."""
     from matplotlib.ticker import MaxNLocator
 
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    if first is not None and last is not None and last - first < 4:
+        ax.set_xticks(range(math.ceil(first), math.floor(last) + 1))
+        ax.set_xlim(first - 0.5, last + 0.5)
+    else:
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
 
 
 def _need(df: pd.DataFrame, columns: Sequence[str], what: str) -> None:
@@ -207,7 +215,7 @@ def plot_best_so_far(df: pd.DataFrame, objective: str = "throughput", direction:
     ax.set_xlabel("trial")
     ax.set_ylabel(_label(objective, unit))
     ax.set_title("search progress")
-    _integer_x(ax)
+    _integer_x(ax, 1, max(len(data), 1))
     _legend(ax)
     return fig
 
@@ -286,7 +294,7 @@ def plot_regret_curves(runs: pd.DataFrame, *, title: str = "regret of the best f
     ax.set_ylabel(_PERCENT["regret"])
     ax.set_ylim(bottom=0)
     ax.set_title(title)
-    _integer_x(ax)
+    _integer_x(ax, data["trial"].min(), data["trial"].max())
     _legend(ax)
     return fig
 
