@@ -409,3 +409,21 @@ def _rows(table_html):
     cell = re.compile(r"<t[hd][^>]*>(.*?)</t[hd]>")
     return [[html.unescape(re.sub("<[^>]+>", "", c)) for c in cell.findall(row)]
             for row in re.findall(r"<tr>(.*?)</tr>", table_html, flags=re.S)]
+
+
+def test_predictor_explorer_shows_the_objectives_unit_without_being_told(gpt_space):
+    search = cml.BayesianSearch(gpt_space, seed=0, n_init=3)
+    for cfg in search.ask(4):
+        speed = 1000.0 * cfg["micro_batch"] * (1.5 if cfg["precision"] == "bf16" else 1.0)
+        search.tell(cfg, {"throughput": speed, "tokens_per_s": speed, "step_time_s": 1 / speed})
+    search.propose()
+    explorer = widgets.PredictorExplorer.from_search(search)
+    assert explorer.unit == "tokens/s"
+    assert "predicted throughput (tokens/s)" in explorer.children[0].value
+    assert "tokens/s</b>" in explorer.output.value
+    timed = cml.BayesianSearch(gpt_space, objective="step_time_s", direction="minimize", seed=0,
+                               n_init=3)
+    for cfg in timed.ask(4):
+        timed.tell(cfg, {"step_time_s": 0.01 * cfg["micro_batch"]})
+    timed.propose()
+    assert widgets.PredictorExplorer.from_search(timed).unit == "s"

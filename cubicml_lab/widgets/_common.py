@@ -41,13 +41,27 @@ def _text(line: str, style: str = "") -> str:
     return f"<div style='{_FONT}; {style}'>{html.escape(line)}</div>"
 
 
-def _unit(objective: str, metric_names: Any) -> str | None:
-    """The objective's unit when it is a throughput whose units the metrics name."""
-    if objective != "throughput":
+#: Name endings that carry a unit (the library's metric names: ``step_time_s``, ...).
+_SUFFIX_UNITS = (("_per_s", "/s"), ("_gib", "GiB"), ("_ms", "ms"), ("_s", "s"))
+
+
+def _unit(objective: str, metric_names: Any = ()) -> str | None:
+    """The objective's unit: a throughput's from the metrics beside it (``tokens_per_s`` ->
+    ``tokens/s``), else its name's ending (``step_time_s`` -> ``s``); None when neither says.
+
+    Example:
+        >>> _unit("throughput", ["tokens_per_s"]), _unit("step_time_s"), _unit("loss")
+        ('tokens/s', 's', None)
+    """
+    if objective == "throughput":
+        for units in ("tokens", "samples"):
+            if f"{units}_per_s" in metric_names:
+                return f"{units}/s"
         return None
-    for units in ("tokens", "samples"):
-        if f"{units}_per_s" in metric_names:
-            return f"{units}/s"
+    for suffix, unit in _SUFFIX_UNITS:
+        if objective.endswith(suffix) and len(objective) > len(suffix):
+            stem = objective[:-len(suffix)]
+            return f"{stem.rsplit('_', 1)[-1]}/s" if suffix == "_per_s" else unit
     return None
 
 

@@ -12,7 +12,7 @@ import ipywidgets as W
 from .._html import fmt
 from ..errors import CubicMLError, SearchError, SpaceError
 from ..space import Space
-from ._common import _FONT, _error_html, _interval, _knob_control
+from ._common import _FONT, _error_html, _interval, _knob_control, _unit
 
 if TYPE_CHECKING:
     pass
@@ -35,7 +35,9 @@ class PredictorExplorer(W.VBox):
         feasibility: A fitted :class:`~cubicml_lab.surrogate.FeasibilityModel` for P(fits);
             default: the predictor's own (its ``feasibility`` attribute), if any. Without one P(fits) is
             omitted.
-        unit: Unit of the objective shown after the numbers, e.g. ``"tokens/s"``.
+        unit: Unit of the objective shown after the numbers, e.g. ``"tokens/s"``; default:
+            what the objective's name says (``step_time_s``: s); :meth:`from_search` also
+            reads it from the metrics told to the search (``tokens_per_s``: tokens/s).
 
     Attributes:
         controls: Knob name -> control widget.
@@ -47,7 +49,8 @@ class PredictorExplorer(W.VBox):
                  reference: Mapping[str, Any] | None = None, memory_limit: float | None = None,
                  feasibility: Any = None, unit: str | None = None) -> None:
         self.predictor, self.space = predictor, space
-        self.memory_limit, self.unit = memory_limit, unit
+        objective = getattr(predictor, "objective", "objective")
+        self.memory_limit, self.unit = memory_limit, unit or _unit(objective)
         self.feasibility = feasibility  # else the predictor's own, if it has one
         if feasibility is None and getattr(predictor, "feasibility", None) is not None:
             self._p_fits: Callable[..., Any] | None = predictor.predict_feasibility
@@ -63,8 +66,8 @@ class PredictorExplorer(W.VBox):
         for c in self.controls.values():
             c.observe(lambda _: self.update(), names="value")
         self.output = W.HTML()
-        title = f"predicted {getattr(predictor, 'objective', 'objective')} · " \
-                f"{type(predictor).__name__}"
+        title = (f"predicted {objective}" + (f" ({self.unit})" if self.unit else "")
+                 + f" · {type(predictor).__name__}")
         if getattr(predictor, "n_train", None):
             title += f" on {predictor.n_train} trials"
         super().__init__([W.HTML(f"<b style='{_FONT}'>{html.escape(title)}</b>"),
@@ -89,6 +92,8 @@ class PredictorExplorer(W.VBox):
             raise SearchError("the search has no fitted predictor yet",
                              hint="it fits one at its first Bayesian-optimisation ask")
         kwargs.setdefault("feasibility", search.feasibility_model)
+        told = {name for h in getattr(search, "history", []) for name in h.get("values", {})}
+        kwargs.setdefault("unit", _unit(getattr(search, "objective", "throughput"), told))
         kwargs.setdefault("memory_limit", getattr(search, "memory_limit_gib", None))
         out = cls(search.predictor, search.space, **kwargs)
         if getattr(search, "direction", "maximize") == "minimize":
