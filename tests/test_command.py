@@ -395,3 +395,98 @@ def test_the_job_dies_with_its_campaign(tmp_path):
         assert not is_running(job_pid, start)
     finally:
         owner.kill()
+
+
+# -- the physics prior on the user's own job --------------------------------------------------
+def test_llm_physics_prior_on_a_commands_own_knob_names(tmp_store):
+    """The user's knob names map onto LLMTrainingModel's vocabulary; the model is the search's
+    cost and memory model over a Command campaign (here a toy job stands in for the LLM)."""
+    from cubicml_lab.physics import LLMTrainingModel
+
+    space = cml.Space([cml.PowerOfTwo("tensor_par", 1, 8), cml.PowerOfTwo("micro_bs", 1, 8),
+                       cml.Bool("act_ckpt")])
+    physics = LLMTrainingModel(layers=32, hidden=4096, heads=32, seq_len=4096, vocab=32000,
+                               global_batch=256, n_gpus=8, gpu="H100-80GB",
+                               names={"tensor_par": "tp", "micro_bs": "micro_batch",
+                                      "act_ckpt": "recompute"},
+                               values={"act_ckpt": {True: "full", False: "none"}})
+    search = cml.BayesianSearch(space, seed=0, cost_model=physics.cost_terms,
+                                memory_model=physics.memory_gib, memory_limit_gib=80)
+    job = Command("llama-toy", argv=[sys.executable, TOY, "steps", "--tp={tensor_par}",
+                                     "--mb={micro_bs}", "--ckpt={act_ckpt}"])
+    camp = cml.Campaign("physics", space, workload=job, launcher=InProcess(), searcher=search,
+                        store=tmp_store, measure_options=QUICK)
+    first = camp.propose(1)[0]
+    assert "prior" in first.reason and first.phase == "prior", first
+    assert physics.memory_gib(first.config) <= 80  # the prior's pick fits under the limit
+    big = {"tensor_par": 1, "micro_bs": 8, "act_ckpt": False}
+    assert physics.memory_gib(big) > physics.memory_gib({**big, "tensor_par": 8,
+                                                         "act_ckpt": True})
+    camp.launch(first)
+    trial = camp.trials()[0]
+    assert trial.status == "ok", trial.error
+    assert trial.hardware["job"]["argv"][3:] == [
+        f"--tp={trial.config['tensor_par']}", f"--mb={trial.config['micro_bs']}",
+        f"--ckpt={'true' if trial.config['act_ckpt'] else 'false'}"]
+
+
+@pytest.mark.slow
+def test_a_pytorch_job_over_the_memory_limit_is_oom():
+    job = Command("big", argv=[sys.executable, LOOP, "--width={width}"], units="samples")
+    res = run(job, {"width": 40_000}, launcher=Subprocess(timeout_s=120, memory_limit_gib=3))
+    assert res.status == "oom", res.error
+    assert "out-of-memory words" in res.error and "can't allocate memory" in res.error
+
+
+@pytest.mark.slow
+def test_local_pool_runs_a_command_pinned_to_its_slot():
+    from cubicml_lab.launch import LocalPool
+
+    pool = LocalPool(devices_per_trial=1, timeout_s=60)
+    res = run(toy("steps"), launcher=pool)
+    assert res.status == "ok", res.error
+    assert len(res.hardware["cpu_affinity"].split(",")) == 1  # the trial's slot: one core
+
+
+# -- torchtitan (needs a GPU, torchtitan installed and a checkout for its test assets) ---------
+@pytest.mark.gpu
+def test_torchtitan_recipe_on_a_gpu(tmp_store):
+    """The torchtitan recipe over tp x local batch, under Torchrun on this node's GPUs. Run
+    where a GPU is lent: ``TORCHTITAN_REPO=/path/to/torchtitan pytest -m gpu -k torchtitan``."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("torchtitan")
+    repo = os.environ.get("TORCHTITAN_REPO")
+    if not torch.cuda.is_available() or not repo:
+        pytest.skip("needs CUDA and TORCHTITAN_REPO (a torchtitan checkout, for its assets)")
+    from cubicml_lab.launch import Torchrun
+    from cubicml_lab.workloads.recipes import TORCHTITAN_KEYS, torchtitan
+
+    gpus = torch.cuda.device_count()
+    space = cml.Space([cml.PowerOfTwo("tp", 1, min(2, gpus)),
+                       cml.PowerOfTwo("micro_batch", 1, 4)])
+    job = torchtitan("llama3-debug", Path(__file__).parents[1] / "examples" / "torchtitan" /
+                     "llama3_debug.toml", {TORCHTITAN_KEYS[k]: k for k in space.names}, cwd=repo)
+    camp = cml.Campaign("titan", space, workload=job, store=tmp_store,
+                        launcher=Torchrun(nproc_per_node=gpus, timeout_s=600),
+                        searcher=cml.RandomSearch(space, seed=0), device="cuda",
+                        measure_options={"max_time_s": 20, "min_steps": 10})
+    camp.run(budget=2)
+    for t in camp.trials():
+        assert t.status == "ok", t.error
+        assert t.metrics["tokens_per_s"] > 0 and t.metrics["peak_mem_gib"] > 0
+        assert "torchtitan" in t.hardware["job"]["packages"]
+
+
+def test_torchtitan_recipe_writes_its_toml_per_trial():
+    import tomllib
+
+    from cubicml_lab.workloads.recipes import TORCHTITAN_KEYS, torchtitan
+
+    toml = Path(__file__).parents[1] / "examples" / "torchtitan" / "llama3_debug.toml"
+    job = torchtitan("t", toml, {TORCHTITAN_KEYS["tp"]: "tp", TORCHTITAN_KEYS["recompute"]: "ac"})
+    out = job.render({"tp": 4, "ac": "full"}, trial_dir="/trial")
+    data = tomllib.loads(out.config_text)
+    assert data["parallelism"]["tensor_parallel_degree"] == 4
+    assert data["activation_checkpoint"]["mode"] == "full"
+    assert data["metrics"] == {"log_freq": 1, "disable_color_printing": True}
+    assert data["model"]["flavor"] == "debugmodel" and job.metrics == ["torchtitan"]
