@@ -130,6 +130,39 @@ def test_exhausted_space_stops_with_reason(tmp_store):
     assert "exhausted" in camp.stop_reason
 
 
+def test_a_bar_stopped_by_the_campaigns_rule_ends_green_at_the_trials_it_ran():
+    """tqdm's notebook bar turns red when closed short of its total, as after a failure: a
+    campaign that stops by its own rule ends its bar at the trials it ran, and says why."""
+    pytest.importorskip("ipywidgets")
+    from tqdm.notebook import tqdm as notebook_bar
+
+    from cubicml_lab.campaign import _end_bar_early
+
+    stopped = notebook_bar(total=16, desc="rule", leave=True)
+    stopped.update(11)
+    _end_bar_early(stopped, "the searcher's stopping rule fired: no expected improvement")
+    stopped.close()
+    _, bar, text = stopped.container.children
+    shown = text.value.replace("\u2007", " ")  # tqdm pads the HTML with figure spaces
+    assert (bar.bar_style, bar.max, bar.value) == ("success", 11, 11)
+    assert "11/11" in shown and "stopped: the searcher" in shown
+    failed = notebook_bar(total=16, desc="interrupted", leave=True)  # left alone: red
+    failed.update(3)
+    failed.close()
+    assert failed.container.children[1].bar_style == "danger"
+
+
+@pytest.mark.slow
+def test_an_exhausted_space_ends_the_text_bar_at_its_trials(tmp_store, capfd):
+    space = cml.Space([cml.PowerOfTwo("micro_batch", 1, 2)])
+    camp = cml.Campaign("bar", space, workload="gpt", launcher=cml.launch.InProcess(),
+                        searcher=cml.RandomSearch(space, seed=0), store=tmp_store,
+                        measure_options=FAST, fixed=TINY)
+    camp.run(budget=5, verbose=False)
+    last = capfd.readouterr().err.replace("\r", "\n").strip().splitlines()[-1]
+    assert "2/2" in last and "stopped: search space exhausted" in last, last
+
+
 # -- steering by hand: propose, launch, skip, edit; interrupts ----------------------------------
 @pytest.mark.slow
 def test_review_loop_launch_skip_edit_and_resume(gpt_space, tmp_store):
