@@ -809,3 +809,38 @@ def test_the_card_recommends_the_searchers_pick_over_a_lucky_single_figure(gpt_s
     plain = cml.Campaign.from_store(tmp_store, "rec", searcher=cml.RandomSearch(gpt_space))
     assert plain.recommend() == plain.best() == (lucky, 900.0)
     assert "recommended" not in str(plain)
+
+
+def test_table_is_what_a_person_reads_and_full_is_every_field(gpt_space, tmp_store):
+    """Campaign.table(): status, knobs, objective, unit-named metrics, datetimes, a handful of
+    columns; table(full=True) is the whole record, the frame run() returned before."""
+    import pandas as pd
+
+    camp = make("table", gpt_space, tmp_store)
+    cfg = {**TINY, "precision": "fp32", "recompute": "none"}
+    t0 = 1_796_444_000.0
+    ok = tmp_store.record_trial("table", {**cfg, "micro_batch": 2}, status="ok",
+                                metrics={"throughput": 9000.0, "tokens_per_s": 9000.0,
+                                         "throughput_rel_ci": 0.02, "step_time_s": 0.0071,
+                                         "peak_mem_gib": 0.4, "mfu": 0.3, "contended": 1.0,
+                                         "windows": 12.0, "reference_speed": 57.0},
+                                hardware={"hostname": "h", "cpu_count": 2},
+                                started_at=t0, ended_at=t0 + 7.5)
+    oom = tmp_store.record_trial("table", {**cfg, "micro_batch": 8}, status="oom",
+                                 error="Traceback ...\nRuntimeError: out of memory",
+                                 started_at=t0 + 8, ended_at=t0 + 9)
+    table = camp.table()
+    assert list(table.columns) == [
+        "trial_id", "status", "micro_batch", "precision", "recompute", "throughput",
+        "throughput_rel_ci", "tokens_per_s", "step_time_s", "peak_mem_gib", "mfu", "contended",
+        "started_at", "duration_s", "error"]
+    assert table["trial_id"].tolist() == [ok, oom]
+    assert table["contended"].tolist() == [True, False]
+    assert table["error"].tolist() == [None, "RuntimeError: out of memory"]
+    assert pd.api.types.is_datetime64_any_dtype(table["started_at"])
+    assert table["started_at"].iloc[0] == pd.Timestamp.fromtimestamp(t0)  # local time
+    assert table["duration_s"].tolist() == [7.5, 1.0]
+    full = camp.table(full=True)
+    assert full.equals(camp.dataframe()) and len(full.columns) > len(table.columns)
+    assert {"windows", "reference_speed", "hw.hostname", "d_model"} <= set(full.columns)
+    assert full["started_at"].iloc[0] == t0  # unix seconds, as before
