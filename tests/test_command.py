@@ -490,3 +490,33 @@ def test_torchtitan_recipe_writes_its_toml_per_trial():
     assert data["activation_checkpoint"]["mode"] == "full"
     assert data["metrics"] == {"log_freq": 1, "disable_color_printing": True}
     assert data["model"]["flavor"] == "debugmodel" and job.metrics == ["torchtitan"]
+
+
+# -- Slurm (a real one-node cluster: tests/slurm_cluster.py) ----------------------------------
+@pytest.mark.slurm
+@pytest.mark.timeout(400)
+def test_command_trials_through_slurm(tmp_path, monkeypatch):
+    """One Slurm job per trial: a single process, then two srun tasks whose torchrun agents
+    start the job's two ranks (the multi-node path, on one node)."""
+    from slurm_cluster import PACKAGES, missing_binaries, start_cluster
+
+    from cubicml_lab.launch import Slurm
+
+    if missing_binaries() or os.geteuid() != 0:
+        pytest.skip(f"needs root and apt-get install {PACKAGES}")
+    cluster = start_cluster()
+    try:
+        monkeypatch.setenv("SLURM_CONF", str(cluster.conf))
+        res = run(toy("steps"), launcher=Slurm(time_limit_min=5, folder=tmp_path, mem_gib=1))
+        assert res.status == "ok", res.error
+        assert res.metrics["samples_per_s"] > 0 and res.hardware["slurm"]["job_id"]
+        job = Command("ddp", argv=[sys.executable, LOOP, "--batch=8"], units="samples")
+        two = Slurm(time_limit_min=5, folder=tmp_path, mem_gib=2, nproc_per_node=2,
+                    tasks_per_node=2)
+        res = run(job, launcher=two)
+        assert res.status == "ok", res.error
+        argv = res.hardware["job"]["argv"]
+        assert "--nnodes" in argv and argv[argv.index("--nnodes") + 1] == "2"
+        assert res.metrics["samples_per_s"] > 0
+    finally:
+        cluster.stop()

@@ -150,6 +150,9 @@ class _JobRun:
         self.folder = new_trial_dir()
         self.rendered = self.job.render(self.config, trial_dir=self.folder)
         argv, self.n_devices = self.rendered.argv, 1
+        # on several nodes only node 0 stops the job (the others' jobs end with it): a node
+        # that stopped first on its own figures would fail node 0's collectives
+        self.lead = not torchrun or int(torchrun.get("node_rank", 0)) == 0
         if torchrun:
             argv = _under_torchrun(argv, [str(o) for o in torchrun.get("options", [])])
             self.n_devices = int(torchrun.get("devices", 1))
@@ -202,7 +205,7 @@ class _JobRun:
                 seen = self.reports.n_steps
                 found = self.reports.slowest(self.options, now - self.started)
                 why = reported_stop(found[1], self.options) if found else None
-                if why:
+                if why and self.lead:
                     return why
             if now - self.started > self.job.timeout_s:
                 return "timeout" if seen else "no step"

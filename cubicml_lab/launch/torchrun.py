@@ -130,5 +130,6 @@ class Torchrun(Subprocess):
         torchrun with these options (:mod:`cubicml_lab.launch.job`)."""
         if isinstance(spec, dict) and isinstance(spec.get("command"), dict):
             spec = {**spec, "command": {**spec["command"], "torchrun": {
-                "options": self.options(), "devices": self.world_size}}}
+                "options": self.options(), "devices": self.world_size,
+                "node_rank": self.node_rank}}}
         return super().run(spec, on_start=on_start)
