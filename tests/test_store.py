@@ -370,3 +370,28 @@ def test_store_shows_campaign_counts(tmp_store):
         tmp_store.update_campaign_metadata("zzz", {"note": "x"})
     tmp_store.close()
     assert "closed" in str(tmp_store) and "closed" in tmp_store._repr_html_()
+
+
+def test_readable_frame_keeps_a_steady_shape_for_any_trials(gpt_store: TrialStore):
+    """The readable form of trials in every state: the objective column even before any ok
+    trial, a pending trial's time NaT, a failure's last line, NaN where a metric is missing."""
+    import pandas as pd
+
+    from cubicml_lab.store.tables import readable_frame
+
+    empty = readable_frame([], ["micro_batch"])
+    assert list(empty.columns) == ["trial_id", "status", "micro_batch", "throughput",
+                                   "contended", "started_at", "duration_s", "error"]
+    _populate(gpt_store)
+    table = readable_frame(gpt_store.trials("gpt-cpu"), ["micro_batch", "compile"],
+                           objective="tokens_per_s")
+    assert list(table.columns) == ["trial_id", "status", "micro_batch", "compile",
+                                   "tokens_per_s", "mfu", "contended", "started_at",
+                                   "duration_s", "error"]
+    assert table["status"].tolist() == ["ok", "failed", "pending"]
+    assert table["tokens_per_s"].iloc[0] == 1234.5678901234567  # as stored, not rounded
+    assert math.isnan(table["tokens_per_s"].iloc[1]) and math.isnan(table["mfu"].iloc[0])
+    assert table["error"].tolist() == [None, 'RuntimeError: a, "b"', None]
+    assert table["compile"].tolist() == [True, False, False]
+    assert table["started_at"].notna().tolist() == [True, True, False]
+    assert pd.isna(table["duration_s"].iloc[2]) and not table["contended"].any()

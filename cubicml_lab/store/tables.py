@@ -11,6 +11,8 @@ workload, workload_version, created_at, started_at, ended_at, error``), the JSON
 ``config, metrics, hardware``, and the campaign's own ``campaign_workload, campaign_space,
 campaign_metadata``; CSV floats are written with ``repr`` so every bit survives. The *tidy* form
 (one column per knob, metric and hardware field) is for analysis and cannot be imported back.
+The *readable* form (:func:`readable_frame`, what ``Campaign.table()`` shows) is a handful of
+those columns, with times as datetimes.
 """
 
 from __future__ import annotations
@@ -84,8 +86,9 @@ def readable_frame(trials: Sequence[Trial], knobs: Sequence[str],
     Columns: ``trial_id``, ``status``, the ``knobs``, the ``objective`` and its relative 95% CI
     (``{objective}_rel_ci``, where stored), the metrics of :data:`READ_METRICS` that the trials
     have (names carry units), ``contended`` (the contention guard flagged the figure: not
-    trusted), ``started_at`` (local time to the second, a pandas datetime), ``duration_s`` and ``error`` (its
-    last line). Values are as stored, not rounded; :func:`to_dataframe` has every field.
+    trusted), ``started_at`` (local time to the second, a pandas datetime), ``duration_s`` and
+    ``error`` (its last line). Values are as stored, not rounded; :func:`to_dataframe` has every
+    field.
 
     Example:
         >>> from cubicml_lab.store import Trial
