@@ -165,6 +165,40 @@ def _nvidia_driver() -> str | None:
         return None
 
 
+def host_facts(device: str = "cpu") -> dict[str, Any]:
+    """:func:`hardware_info` without torch (no import, no CUDA context): ``device, cpu_model,
+    cpu_count, cpu_affinity, python_version, hostname, platform, address_layout``; for
+    ``cuda[:N]`` also ``gpu_name, gpu_count, gpu_mem_gib, driver`` from ``nvidia-smi`` where it
+    answers. For a process that only launches a job (a user's command), whose torch is the
+    job's own."""
+    info: dict[str, Any] = {
+        "device": str(device), "cpu_model": cpu_model(), "cpu_count": os.cpu_count(),
+        "cpu_affinity": ",".join(str(c) for c in sorted(os.sched_getaffinity(0)))
+        if hasattr(os, "sched_getaffinity") else None,  # the cores it may run on, "0,1"
+        "python_version": platform.python_version(), "hostname": socket.gethostname(),
+        "platform": platform.platform(), "address_layout": address_layout(),
+    }
+    if str(device).startswith("cuda"):
+        info.update(_nvidia_gpus())
+    return info
+
+
+def _nvidia_gpus() -> dict[str, Any]:
+    """``gpu_name`` (the first GPU's), ``gpu_count``, ``gpu_mem_gib`` and ``driver`` from
+    ``nvidia-smi``; empty where it does not answer."""
+    import subprocess
+
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total",
+                              "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, timeout=10, check=True)
+        rows = [r.rsplit(",", 1) for r in out.stdout.strip().splitlines() if "," in r]
+        return {"gpu_name": rows[0][0].strip(), "gpu_count": len(rows),
+                "gpu_mem_gib": float(rows[0][1]) / 1024, "driver": _nvidia_driver()}
+    except (OSError, subprocess.SubprocessError, IndexError, ValueError):
+        return {}
+
+
 def default_device() -> str:
     """``"cuda"`` when this process sees a CUDA device, else ``"cpu"`` (imports torch)."""
     import torch
@@ -199,14 +233,8 @@ def hardware_info(device: str = "cpu") -> dict[str, Any]:
     """
     import torch
 
-    info: dict[str, Any] = {
-        "device": str(device), "cpu_model": cpu_model(), "cpu_count": os.cpu_count(),
-        "cpu_affinity": ",".join(str(c) for c in sorted(os.sched_getaffinity(0)))
-        if hasattr(os, "sched_getaffinity") else None,  # the cores it may run on, "0,1"
-        "torch_threads": torch.get_num_threads(), "torch_version": torch.__version__,
-        "python_version": platform.python_version(), "hostname": socket.gethostname(),
-        "platform": platform.platform(), "address_layout": address_layout(),
-    }
+    info = {**host_facts(device), "torch_threads": torch.get_num_threads(),
+            "torch_version": torch.__version__}
     if str(device).startswith("cuda") and torch.cuda.is_available():
         props = torch.cuda.get_device_properties(torch.device(device))
         info.update(gpu_name=props.name, gpu_count=torch.cuda.device_count(),

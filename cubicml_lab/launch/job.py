@@ -13,8 +13,8 @@ then SIGKILL after ``grace_s``, and the trial is ``ok``. Otherwise its end is re
 itself: out-of-memory words in its output, or SIGKILL with the cgroup's OOM-kill count up ->
 ``oom``; a non-zero exit -> ``failed`` with its log tail; no step within ``timeout_s`` or none
 for ``stall_s`` after the last -> ``timeout``. The record (``hardware["job"]``) keeps the rendered
-argv, the config file written, the job's package versions and how it ended. Imports no torch
-until the job has ended (the machine record, :func:`~cubicml_lab.hardware.host_record`).
+argv, the config file written, the job's package versions and how it ended; the machine record
+is :func:`~cubicml_lab.hardware.host_facts`. Imports no torch (the job's torch is its own).
 """
 
 from __future__ import annotations
@@ -307,9 +307,9 @@ def run_command(spec: dict[str, Any]) -> TrialResult:
         run.close()
     if status == "ok" and not metrics.get("windows"):
         status, error = "failed", f"stopped ({why}) with no timed window"
-    from ..hardware import host_record
+    from ..hardware import host_facts
 
-    hardware = {**host_record(str(spec.get("device") or "cpu")), "job": {
+    hardware = {**host_facts(str(spec.get("device") or "cpu")), "job": {
         "argv": run.argv, "env": run.rendered.env, "cwd": run.job.cwd,
         "config_file": ({"name": run.rendered.config_name, "text": config_text}
                         if run.rendered.config_name else None),
