@@ -20,9 +20,11 @@ dies, and the folders of dead campaigns' trials are swept when a campaign starts
 A Slurm job outlives its campaign: a running trial whose record names a Slurm job
 (``slurm_job_id``) and whose campaign died is followed, not launched again: the restarted
 campaign takes it over in the store and collects the job's result, whether it is still queued,
-running or already ended. :meth:`Campaign.stop` (from another thread, e.g. a widget) stops a
-running campaign as an interrupt does, cancelling its jobs; called on a campaign that is not
-running, it cancels the jobs a dead run of it left behind.
+running or already ended. Ctrl-C or Kernel -> Interrupt stops a run: its trials in flight are
+ended (their Slurm jobs cancelled) and re-queued, and ``KeyboardInterrupt`` is raised again so
+that Jupyter's *Run All* stops. :meth:`Campaign.stop` (from another thread, e.g. a widget) stops
+a running campaign the same way but returns normally; called on a campaign that is not running,
+it cancels the jobs a dead run of it left behind.
 
 Example:
     >>> import cubicml_lab as cml
@@ -833,8 +835,9 @@ class Campaign(CampaignView):
 
     def stop(self) -> None:
         """Stop this campaign: a :meth:`run` in progress (in another thread, e.g. behind a
-        widget's button) returns as after an interrupt; its trials in flight are cancelled
-        (their Slurm jobs ``scancel``-ed, their processes ended) and run again first next time.
+        widget's button) returns its table (where an interrupt raises); its trials in flight are
+        cancelled (their Slurm jobs ``scancel``-ed, their processes ended) and run again first
+        next time.
         On a campaign that is not running, this cancels the Slurm jobs that a dead run of it
         left running, and puts their trials back to ``pending``."""
         self._stop.set()
