@@ -23,7 +23,6 @@ import copy
 import json
 import math
 import os
-import string
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +32,7 @@ from ..errors import ConfigError
 from .base import Built, Knob, Workload
 from .config_files import dump_config, load_config, set_dotted
 from .job_reports import PATTERNS, check_sources
+from .templates import clean_text, placeholders, scalar_text
 
 if TYPE_CHECKING:
     from ..space import Space
@@ -43,61 +43,7 @@ __all__ = ["Command", "RenderedJob", "RESERVED"]
 #: Placeholders the lab fills in itself: the path of the config file it wrote for the trial,
 #: and the trial's folder (where the metrics file and the logs are).
 RESERVED = ("config_file", "trial_dir")
-_SCALARS = (bool, int, float, str)
-
-
-def _clean_text(where: str, text: str) -> str:
-    """``text`` if it holds no control character (a newline, NUL, escape ...), else raise."""
-    bad = [c for c in text if ord(c) < 32 or 127 <= ord(c) < 160]
-    if bad:
-        raise ConfigError(f"{where} = {text!r} holds control character(s) {sorted(set(bad))!r}",
-                          hint="a value that reaches a command line must be printable text")
-    return text
-
-
-def scalar_text(where: str, value: Any) -> str:
-    """How a knob value is written into a command line, an environment variable or a file name:
-    ``true``/``false`` for a bool, ``repr`` for a float, ``str`` otherwise.
-
-    Raises:
-        ConfigError: Not a plain scalar (bool, int, finite float, str), or text with a control
-            character; the message names ``where``.
-    """
-    if not isinstance(value, _SCALARS):
-        raise ConfigError(f"{where} = {value!r} is a {type(value).__name__}, not a plain scalar",
-                          hint="knob values that reach a command are bool, int, float or str")
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            raise ConfigError(f"{where} = {value!r} is not finite",
-                              hint="pass a finite number")
-        return repr(value)
-    return _clean_text(where, str(value))
-
-
-def _placeholders(where: str, template: str) -> list[tuple[str, str | None]]:
-    """``template`` as (literal text, placeholder name or None) pieces; ``{{``/``}}`` are braces.
-
-    Raises:
-        ConfigError: A placeholder that is not a bare name (``{a.b}``, ``{0}``, ``{x!r}``,
-            ``{x:>3}``), or unbalanced braces.
-    """
-    _clean_text(where, template)
-    try:
-        parsed = list(string.Formatter().parse(template))
-    except ValueError as err:
-        raise ConfigError(f"{where} = {template!r}: {err}",
-                          hint="write a literal brace as {{ or }}") from None
-    pieces: list[tuple[str, str | None]] = []
-    for literal, name, spec, conversion in parsed:
-        if name is not None and (not name.isidentifier() or spec or conversion):
-            shown = "{" + name + ("!" + conversion if conversion else "") + \
-                (":" + spec if spec else "") + "}"
-            raise ConfigError(f"{where} = {template!r}: placeholder {shown} is not a knob name",
-                              hint="write {knob} with a knob's name only; {{ for a brace")
-        pieces.append((literal, name))
-    return pieces
+_SCALARS = (bool, int, float, str)  # what a knob value may be
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -169,7 +115,7 @@ class Command(Workload):
         if not (isinstance(name, str) and name.strip()):
             raise ConfigError(f"Command name = {name!r} must be a non-empty string",
                               hint='e.g. Command("llama-8b", argv=[...])')
-        self.name = _clean_text("Command name", name)
+        self.name = clean_text("Command name", name)
         if isinstance(argv, (str, bytes)) or not isinstance(argv, Sequence) or not argv:
             raise ConfigError(f"Command argv = {argv!r:.120} must be a non-empty list of strings",
                               hint='split the command line yourself: ["python", "train.py", '
@@ -196,7 +142,7 @@ class Command(Workload):
         if not isinstance(value, str):
             raise ConfigError(f"Command {where} = {value!r} must be a string",
                               hint="write every argument as text, e.g. '--steps=10'")
-        _placeholders(f"Command {where}", value)
+        placeholders(f"Command {where}", value)
         return value
 
     @staticmethod
@@ -250,7 +196,7 @@ class Command(Workload):
         """The knob names the job needs, in order of first use (argv, env, config keys)."""
         seen: dict[str, None] = {}
         for where, text in self._templates():
-            for _, name in _placeholders(where, text):
+            for _, name in placeholders(where, text):
                 if name is not None and name not in RESERVED:
                     seen.setdefault(name)
         for knob in self.config_keys.values():
@@ -333,7 +279,7 @@ class Command(Workload):
 
         def sub(where: str, text: str) -> str:
             return "".join(lit + (fill[name] if name is not None else "")
-                           for lit, name in _placeholders(where, text))
+                           for lit, name in placeholders(where, text))
 
         text = None
         if self.config_template is not None and self.config_name is not None:
@@ -378,7 +324,7 @@ class Command(Workload):
                                   f"{type(template).__name__}/{name!r}",
                                   hint="a dict and the template's file name")
             dump_config(template, name)  # a name of a known format
-            job.config_name, job.config_template = _clean_text("config_name", name), template
+            job.config_name, job.config_template = clean_text("config_name", name), template
         job.config_keys = job._config_keys(spec.get("config_keys"))
         return job
 
