@@ -94,7 +94,7 @@ def measure(
         (48211.3, 0.0106)
     """
     from ..timing import MeasureOptions
-    from ..workloads import get
+    from ..workloads import check_reachable, get
 
     if launcher is None:
         launcher = InProcess()
@@ -105,6 +105,7 @@ def measure(
         )
     config = dict(config or {})
     spec_workload = get(workload)
+    check_reachable(spec_workload.name, launcher)  # a notebook's object runs InProcess only
     spec_workload.resolve(config)  # raises ConfigError naming an unknown knob or a bad value
     spec_workload.check_world(config, launcher.world_size)  # parallel degrees vs processes
     try:

@@ -22,27 +22,37 @@ from typing import Any
 from ..errors import ConfigError
 from .base import Built, Knob, Workload
 from .command import Command
+from .custom import PythonWorkload
+from .registry import check_reachable, register, registered, unregister
 
 __all__ = ["Built", "Command", "Knob", "Workload", "WithDefaults", "get", "names"]
+__all__ += ["PythonWorkload", "check_reachable", "register", "registered", "unregister"]
 
 _REGISTRY: dict[str, tuple[str, str]] = {"dlrm": ("cubicml_lab.workloads.dlrm", "DLRMWorkload"),
                                          "gpt": ("cubicml_lab.workloads.gpt", "GPTWorkload")}
 
 
 def names() -> list[str]:
-    """Registered workload names, sorted."""
-    return sorted(_REGISTRY)
+    """Workload names, sorted: the built-ins and your own (:func:`register`, entry points)."""
+    return sorted(set(_REGISTRY) | set(registered()))
 
 
 def get(name: str) -> Workload:
     """A fresh instance of the workload called ``name``.
 
     Raises:
-        ConfigError: No such workload (the message lists the known ones).
+        ConfigError: No such workload (the message lists the known ones), or one of your own
+            that this process cannot load (see :mod:`~cubicml_lab.workloads.registry`).
     """
     if name not in _REGISTRY:
+        from .registry import lookup
+
+        own = lookup(name)
+        if own is not None:
+            return own
         raise ConfigError(f"unknown workload {name!r}",
-                          hint=f"known workloads: {', '.join(names())}")
+                          hint=f"known workloads: {', '.join(names())}; your own: "
+                               "cml.workloads.register(name, 'module:attribute')")
     module, cls = _REGISTRY[name]
     return getattr(importlib.import_module(module), cls)()
 
