@@ -202,6 +202,9 @@ class Campaign(CampaignView):
         self.workload = (workload.bind(space, fixed) if isinstance(workload, Command)
                          else get(workload))
         self.launcher = launcher if launcher is not None else Subprocess()
+        from .workloads import check_reachable
+
+        check_reachable(self.workload.name, self.launcher)  # a notebook's object: InProcess only
         self.searcher = searcher if searcher is not None else BayesianSearch(space, seed=0)
         self.store = store if store is not None else TrialStore("data/lab.sqlite")
         self.device = device
