@@ -94,6 +94,18 @@ def _live_key(store: TrialStore, trial_id: int) -> tuple[str, int]:
     return (str(store.path.resolve()), trial_id)
 
 
+def _exhausted_reason(err: SearchError) -> str:
+    """A run's stop reason when the searcher has nothing to propose: everything left was
+    skipped (:class:`~cubicml_lab.errors.SearchExhausted` with ``skipped``; un-skipping helps),
+    or the search space is exhausted."""
+    skipped = getattr(err, "skipped", 0)
+    if skipped:
+        return (f"everything left was skipped: the {skipped} configurations not yet tried were "
+                "skipped by the review rule or by hand (campaign.unskip() lets the search "
+                "propose them again)")
+    return f"search space exhausted ({err.message})"
+
+
 def _launcher_failure(err: Exception) -> TrialResult:
     """A launcher that raised (a bug, not a trial's failure) becomes a ``failed`` result."""
     import traceback
@@ -517,6 +529,38 @@ class Campaign(CampaignView):
             self.store.update_campaign_metadata(self.name, {"skipped": [*skipped, key]})
         self._emit("skipped", p)
 
+    def unskip(self, config: Mapping[str, Any] | None = None) -> int:
+        """Let the search propose skipped configurations again: ``config``, or (None) every
+        one skipped, by hand, from :class:`~cubicml_lab.widgets.ProposalReview` or by a
+        ``run(review=...)`` rule. The skips are forgotten in the store too, so a resumed
+        campaign proposes them as well.
+
+        This is the way on when a run stopped because everything left was skipped
+        (:attr:`stop_reason` says so, apart from a search space that is exhausted): un-skip,
+        loosen the rule if it skipped too much, and run again.
+
+        Returns:
+            How many configurations were un-skipped.
+
+        Raises:
+            SearchError: If ``config`` is not a configuration of the space (SpaceError with
+                a searcher that cannot un-skip).
+        """
+        before = set(getattr(self.searcher, "skipped", []))
+        unskip = getattr(self.searcher, "unskip", None)
+        if callable(unskip):
+            unskip(None if config is None else dict(config))  # checks config
+        elif config is not None:
+            self.space.validate(dict(config))
+        after = set(getattr(self.searcher, "skipped", []))
+        stored = self.store.campaign_info(self.name)["metadata"].get("skipped", [])
+        keys = set(stored) if config is None else \
+            {self.space.key(self.space.project(dict(config)))} & set(stored)
+        if keys:
+            self.store.update_campaign_metadata(
+                self.name, {"skipped": [k for k in stored if k not in keys]})
+        return len((before - after) | keys)
+
     def launch(self, proposal: Proposal | Mapping[str, Any], *,
                config: Mapping[str, Any] | None = None, verbose: bool = True) -> Trial | None:
         """Run one trial now (blocking), store it, tell the searcher, and return it.
@@ -883,7 +927,7 @@ class Campaign(CampaignView):
             try:
                 batch = self.propose(room - len(out))
             except SearchError as err:
-                self.stop_reason = f"search space exhausted ({err.message})"
+                self.stop_reason = _exhausted_reason(err)
                 break
             finally:
                 self._taking = set()

@@ -20,7 +20,7 @@ import statistics
 from typing import TYPE_CHECKING, Any
 
 from .errors import SearchError
-from .trials import is_contended
+from .trials import figure_flag, is_contended
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -85,16 +85,18 @@ class CampaignView:
     def best(self) -> tuple[dict[str, Any], float]:
         """The best finished ``ok`` trial's searched parameters and objective value.
 
-        A trial the contention guard flagged (``metrics["contended"]`` > 0: its figure was
-        measured while other work shared the cores) is not taken as the best while an
-        unflagged ``ok`` trial exists: its figure is noise, whichever way it went.
+        A flagged figure (:func:`~cubicml_lab.trials.figure_flag`: the contention guard
+        flagged it, its figure measured while other work shared the cores, or its 95% CI is
+        unknown, a figure from a single window) is not taken as the best while an unflagged
+        ``ok`` trial exists: it may be noise, whichever way it went. A review rule that
+        compares proposals with ``best()`` so compares them with a figure to trust.
         """
         direction = getattr(self.searcher, "direction", "maximize")
         ok = [t for t in self.trials() if t.status == "ok" and self.objective in t.metrics]
         if not ok:
             raise SearchError(f"campaign {self.name!r} has no successful trial yet",
                               hint="run it, or look at the errors with campaign.dataframe()")
-        ok = _unflagged_first(ok)
+        ok = _unflagged_first(ok, self.objective)
         pick = max if direction == "maximize" else min
         best = pick(ok, key=lambda t: t.metrics[self.objective])
         return {n: best.config[n] for n in self.space.names}, float(best.metrics[self.objective])
@@ -127,11 +129,11 @@ class CampaignView:
         return None if self.reference is None else self.measured_value(self.reference)
 
     def measured_value(self, config: dict[str, Any]) -> float | None:
-        """The objective measured for ``config``: the median over its ok trials that the
-        contention guard did not flag (over all its ok trials where every one was flagged, as
-        :meth:`measured_flagged` tells), or None."""
+        """The objective measured for ``config``: the median over its ok trials whose figure
+        is not flagged (:func:`~cubicml_lab.trials.figure_flag`: contended, or no interval;
+        over all its ok trials where every one is), or None."""
         values = [float(t.metrics[self.objective])
-                  for t in _unflagged_first(self._measured(config))]
+                  for t in _unflagged_first(self._measured(config), self.objective)]
         return statistics.median(values) if values else None
 
     def measured_flagged(self, config: dict[str, Any]) -> bool:
@@ -233,7 +235,8 @@ def status_counts(summary: dict[str, Any]) -> str:
                      for st, n in summary.get("by_status", {}).items())
 
 
-def _unflagged_first(trials: list[Trial]) -> list[Trial]:
-    """The trials the contention guard did not flag, or all of them where it flagged every one
-    (a flagged figure is noise, whichever way it went, while a clean one exists)."""
-    return [t for t in trials if not is_contended(t.metrics)] or trials
+def _unflagged_first(trials: list[Trial], objective: str) -> list[Trial]:
+    """The trials whose figure is not flagged (:func:`~cubicml_lab.trials.figure_flag`:
+    contended, or no interval), or all of them where every one is (a flagged figure may be
+    noise, whichever way it went, while a clean one exists)."""
+    return [t for t in trials if figure_flag(t.metrics, objective) is None] or trials

@@ -28,6 +28,7 @@ __all__ = [
     "MeasurementError",
     "PredictorError",
     "SearchError",
+    "SearchExhausted",
     "SpaceError",
     "StoreError",
 ]
@@ -73,6 +74,22 @@ class PredictorError(CubicMLError, ValueError):
 
 class SearchError(CubicMLError, ValueError):
     """A searcher was asked for something it cannot do (e.g. the pool is exhausted)."""
+
+
+class SearchExhausted(SearchError):
+    """A searcher has nothing left to propose: every configuration of its pool was tried, is
+    pending, or was skipped.
+
+    Args:
+        message, hint: As :class:`CubicMLError`.
+        skipped: How many of the configurations not yet tried were skipped (by hand or by a
+            review rule): 0 where the space itself is exhausted, else un-skipping them
+            (``Searcher.unskip``, ``Campaign.unskip``) gives the search something to propose.
+    """
+
+    def __init__(self, message: str, hint: str | None = None, *, skipped: int = 0) -> None:
+        super().__init__(message, hint)
+        self.skipped = skipped
 
 
 class DataError(CubicMLError, RuntimeError):

@@ -42,7 +42,7 @@ from typing import Any
 from .errors import ConfigError, MeasurementError
 
 __all__ = ["FINISHED", "STATUSES", "Trial", "TrialResult", "contention_note", "dumps",
-           "failure_result", "is_contended",
+           "failure_result", "figure_flag", "is_contended",
            "json_safe", "restore", "run_trial"]
 
 #: Every trial status, in lifecycle order.
@@ -59,6 +59,27 @@ def is_contended(metrics: Mapping[str, Any]) -> bool:
     other work shared the cores while it was timed, so its figure is not to be trusted)."""
     flag = metrics.get("contended", 0)
     return isinstance(flag, (int, float)) and flag > 0
+
+
+def figure_flag(metrics: Mapping[str, Any], objective: str = "throughput") -> str | None:
+    """Why a measured figure must not set the best alone, or None where nothing flags it:
+    ``"contended"`` (:func:`is_contended`) or ``"no interval"`` (its 95% CI,
+    ``{objective}_rel_ci`` else ``step_time_rel_ci``, is NaN or inf: unknown, a figure from
+    a single window, shown ``±?``). A figure told without any CI is not flagged (its
+    workload reports none).
+
+    Example:
+        >>> figure_flag({"throughput": 9.0, "throughput_rel_ci": float("inf")})
+        'no interval'
+        >>> figure_flag({"throughput": 9.0, "throughput_rel_ci": 0.02}) is None
+        True
+    """
+    if is_contended(metrics):
+        return "contended"
+    ci = metrics.get(f"{objective}_rel_ci", metrics.get("step_time_rel_ci"))
+    if isinstance(ci, (int, float)) and not isinstance(ci, bool) and not math.isfinite(ci):
+        return "no interval"
+    return None
 
 
 #: The wait :func:`contention_note` suggests (``MeasureOptions.wait_for_idle_s``), in seconds.

@@ -811,6 +811,39 @@ def test_the_card_recommends_the_searchers_pick_over_a_lucky_single_figure(gpt_s
     assert "recommended" not in str(plain)
 
 
+# -- a flagged figure never steers alone; all skipped is not exhausted (issue 47, part 3) -----
+def test_best_passes_over_a_figure_without_an_interval(gpt_space, tmp_store):
+    """A figure from a single window (CI unknown, shown ±?) is not the best a review rule
+    compares with while a figure with an interval exists."""
+    camp = make("no-ci", gpt_space, tmp_store)
+    cfg = {**TINY, "precision": "fp32", "recompute": "none"}
+    tmp_store.record_trial("no-ci", {**cfg, "micro_batch": 2}, status="ok",
+                           metrics={"throughput": 21558.0, "throughput_rel_ci": math.inf})
+    tmp_store.record_trial("no-ci", {**cfg, "micro_batch": 4}, status="ok",
+                           metrics={"throughput": 16000.0, "throughput_rel_ci": 0.02})
+    assert camp.best() == ({"micro_batch": 4, "precision": "fp32", "recompute": "none"}, 16000.0)
+    assert camp.measured_value({"micro_batch": 2, "precision": "fp32",
+                                "recompute": "none"}) == 21558.0  # its only figure
+
+
+@pytest.mark.slow
+def test_a_rule_that_skipped_everything_left_says_so_and_unskip_runs_them(tmp_store):
+    space = cml.Space([cml.PowerOfTwo("micro_batch", 1, 4)])
+    camp = make("rule", space, tmp_store, searcher=cml.RandomSearch(space, seed=0))
+    df = camp.run(budget=3, progress=False, verbose=False,
+                  review=lambda p: None if camp.trials() else p.config)
+    assert len(df) == 1
+    assert camp.stop_reason.startswith("everything left was skipped: the 2 configurations")
+    assert "exhausted" not in camp.stop_reason and "campaign.unskip()" in camp.stop_reason
+    assert camp.unskip() == 2
+    again = cml.Campaign.from_store(tmp_store, "rule", launcher=cml.launch.InProcess())
+    assert again.searcher.skipped == []  # forgotten in the store too
+    df = camp.run(budget=3, progress=False, verbose=False)
+    assert len(df) == 3 and camp.stop_reason == "budget reached"
+    df = camp.run(budget=4, progress=False, verbose=False)
+    assert camp.stop_reason.startswith("search space exhausted")
+
+
 def test_table_is_what_a_person_reads_and_full_is_every_field(gpt_space, tmp_store):
     """Campaign.table(): status, knobs, objective, unit-named metrics, datetimes, a handful of
     columns; table(full=True) is the whole record, the frame run() returned before."""

@@ -33,8 +33,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..errors import SearchError, SpaceError
-from ..trials import FINISHED
+from ..errors import SearchError, SearchExhausted, SpaceError
+from ..trials import FINISHED, figure_flag
 from .proposal import Proposal
 
 if TYPE_CHECKING:
@@ -229,7 +229,10 @@ class Searcher:
         pending; fewer than ``n`` come back only when the pool runs out.
 
         Raises:
-            SearchError: If ``n`` is not a positive int, or nothing is left to propose.
+            SearchError: If ``n`` is not a positive int.
+            SearchExhausted: If nothing is left to propose (a :class:`SearchError`); its
+                ``skipped`` counts the untried configurations that were skipped, which
+                :meth:`unskip` gives back.
         """
         if not isinstance(n, (int, np.integer)) or isinstance(n, bool) or n < 1:
             raise SearchError(f"ask(n={n!r}): n must be an int >= 1", hint="e.g. ask(4)")
@@ -249,16 +252,31 @@ class Searcher:
             #: keys of the configurations handed to ``_propose``, in the same order
             self._untried_keys = [k for k, _ in untried_pairs]
             if not untried and not out:
-                raise SearchError(
-                    f"nothing left to propose: all {len(pool)} configurations of the pool have "
-                    f"been tried, skipped or are pending ({len(self._told)} distinct told, "
-                    f"{len(self._skipped)} skipped, {len(self._pending)} pending)",
-                    hint="widen the space or pass more candidates")
+                raise self._exhausted(pool)
             if untried:
                 for cfg in self._propose(n - len(out), untried, self._rng()):
                     self._pending[self.space.key(cfg)] = dict(cfg)
                     out.append(dict(cfg))
         return out
+
+    def _exhausted(self, pool: list[tuple[str, dict]]) -> SearchExhausted:
+        """Why nothing is left to propose: the untried configurations were all skipped (and
+        un-skipping them helps), or the pool itself is used up."""
+        told, pending = len(self._told), len(self._pending)
+        skipped = sum(k in self._skipped and k not in self._told and k not in self._pending
+                      for k, _ in pool)
+        if skipped:
+            return SearchExhausted(
+                f"nothing left to propose: every configuration not yet tried was skipped "
+                f"({skipped} skipped, by hand or by a review rule; {told} distinct told, "
+                f"{pending} pending, of a pool of {len(pool)})",
+                hint="un-skip them to have them proposed again: search.unskip() (or "
+                     "campaign.unskip(), which also forgets the skips kept in the store); "
+                     "or widen the space", skipped=skipped)
+        return SearchExhausted(
+            f"nothing left to propose: all {len(pool)} configurations of the pool have been "
+            f"tried or are pending ({told} distinct told, {pending} pending)",
+            hint="widen the space or pass more candidates")
 
     def propose(self, n: int = 1) -> list[Proposal]:
         """:meth:`ask`, with what the searcher expects of each configuration.
@@ -319,6 +337,34 @@ class Searcher:
         so that no ask proposes it until it is told or released."""
         key = self._key(config, "config")
         self._pending[key] = self.space.project(config)
+
+    def unskip(self, config: dict | None = None) -> int:
+        """Let the search propose skipped configurations again: ``config``, or every one
+        skipped (None). The way back from :meth:`skip`, e.g. after a review rule skipped all
+        that was left (:class:`~cubicml_lab.errors.SearchExhausted` with ``skipped`` > 0).
+
+        Returns:
+            How many configurations were un-skipped (0 where ``config`` was not skipped).
+
+        Raises:
+            SearchError: If ``config`` is not in the space.
+
+        Example:
+            >>> from cubicml_lab.space import Space, Int
+            >>> from cubicml_lab.search import RandomSearch
+            >>> s = RandomSearch(Space([Int("micro_batch", 1, 2)]), seed=0)
+            >>> s.skip({"micro_batch": 1}); s.skip({"micro_batch": 2})
+            >>> s.unskip()
+            2
+        """
+        if config is None:
+            n, self._skipped = len(self._skipped), set()
+            return n
+        key = self._key(config, "config")
+        if key not in self._skipped:
+            return 0
+        self._skipped.discard(key)
+        return 1
 
     @property
     def skipped(self) -> list[str]:
@@ -404,16 +450,21 @@ class Searcher:
     def best(self) -> tuple[dict, float]:
         """The best ok observation by direction: ``(config, value)`` (the first one on ties).
 
+        A flagged figure (:func:`~cubicml_lab.trials.figure_flag`: told ``contended``, or
+        with an unknown CI) is not the best while an unflagged ok observation exists.
+
         Raises:
             SearchError: If no trial has been told with status "ok".
         """
-        configs, values = self._ok()
-        if not configs:
+        ok = [h for h in self._history if h["status"] == "ok"]
+        if not ok:
             n_bad = len(self._history)
             raise SearchError(f"no ok trial yet ({n_bad} told, none ok)",
                               hint="tell a measured trial with status='ok' first")
+        ok = [h for h in ok if figure_flag(h["values"], self.objective) is None] or ok
+        values = np.array([h["value"] for h in ok], dtype=np.float64)
         i = int(np.argmax(values) if self.direction == "maximize" else np.argmin(values))
-        return dict(configs[i]), float(values[i])
+        return dict(ok[i]["config"]), float(values[i])
 
     def __repr__(self) -> str:
         return (f"{type(self).__name__}(objective={self.objective!r}, direction="

@@ -20,7 +20,8 @@
 2. **BO**: a :class:`~cubicml_lab.surrogate.GPPredictor` (``SingleTaskGP``, ``Normalize`` /
    ``Standardize``, float64) is fitted on ``log(objective)`` of the ok observations (on
    ``log(1 / objective)`` when minimising, so a larger model output is always better), and
-   ``qLogNoisyExpectedImprovement`` (``X_baseline`` = observed ok configurations,
+   ``qLogNoisyExpectedImprovement`` (``X_baseline`` = observed ok configurations, those
+   with an unflagged figure while any exists: see "Flagged figures" below,
    ``prune_baseline=True``, a seeded ``SobolQMCNormalSampler``) is evaluated exhaustively over the
    untried pool in chunks of shape ``(chunk, 1, d)`` (a pool larger than ``SCREEN_SIZE`` is first
    screened to that many by the analytic log EI against the best posterior mean observed). A
@@ -75,6 +76,14 @@ fixed per-trial noise; a trial told with ``contended`` > 0 (a measurement taken 
 else used the machine; ``True`` is accepted) gets at least ``CONTENDED_REL_NOISE`` (10 %). When
 no trial carries a spread, contended trials are left out of the objective's GP (while 2 others
 remain). With ``noise_metric`` named, every ok trial must carry it, as before.
+
+**Flagged figures.** A figure that :func:`~cubicml_lab.trials.figure_flag` flags (told
+``contended``, or with a CI that is NaN or inf: unknown, from a single window) teaches the GP
+with its noise, but never sets the incumbent alone: while any configuration was measured with
+an unflagged figure, only those form the acquisition's baseline (so its incumbent and the
+stopping rule's improvement), the screen's best posterior mean and the candidates of
+:meth:`BayesianSearch.recommend`, as :meth:`~cubicml_lab.search.Searcher.best` and
+``Campaign.best()`` (what a review rule compares with) skip flagged figures.
 
 **Machine drift.** A trial's stored objective (``throughput``, the default figure) is its raw
 figure corrected to the machine's nominal speed by the drift reference timed beside it, with
@@ -131,7 +140,7 @@ import numpy as np
 
 from ..errors import PredictorError, SearchError
 from ..timing.figures import DRIFT_BOUNDS, DRIFT_EXPONENT, DRIFT_PRIOR_SD
-from ..trials import is_contended
+from ..trials import figure_flag, is_contended
 from .base import Searcher
 from .history import HistoryModel
 from .proposal import Proposal
@@ -823,38 +832,47 @@ class BayesianSearch(Searcher):
         info["prior_score_of_picks"] = [float(score[i]) for i in picks]
         return [dict(pool[i]) for i in picks]
 
+    def _screen(self, pool: list[dict], X_pool: Any, keys: list[str], best_mean: float,
+                keep: int) -> tuple[list[dict], Any, list[str], Any]:
+        """Screen a large pool with the analytic log EI (no joint samples) against the best
+        posterior mean observed (``best_mean``), so the exact acquisition runs over the most
+        promising only: to ``keep``, or with a feasibility model first to 4x that many by EI
+        alone (its GP is not evaluated over the whole pool; the caller then cuts by EI x
+        P(feasible)). Returns the kept ``(pool, X_pool, keys, log EI)``."""
+        import torch
+
+        mu, var = (torch.as_tensor(a) for a in self.predictor.posterior_encoded(X_pool))
+        sigma = var.clamp_min(1e-18).sqrt()
+        score = torch.nan_to_num(log_ei_standard((mu - best_mean) / sigma) + sigma.log(),
+                                 nan=-torch.inf)
+        first = min(len(pool), 4 * keep if self.feasibility_model is not None else keep)
+        top = torch.topk(score, first).indices.sort().values
+        return ([pool[int(i)] for i in top], X_pool[top], [keys[int(i)] for i in top],
+                score[top])
+
     def _bo(self, n: int, pool: list[dict], configs: list[dict], seed: int,
             info: dict[str, Any]) -> list[dict]:
         import torch
 
-        X_base = self.predictor.encode(configs)
+        base = self._baseline(configs)
+        X_base = self.predictor.encode(base)
         X_pool = self._encode_pool(pool)
         keys = self._pool_keys(pool)
         n_space = self.space.encoded_bounds().shape[1]
         single = self.second_predictor is None
         keep = max(SCREEN_SIZE, 8 * n)
         mu_b = None
-        if single and (len(configs) > BASELINE_MAX or len(pool) > keep):
+        if single and (len(base) > BASELINE_MAX or len(pool) > keep):
             mu_b = torch.as_tensor(self.predictor.posterior_encoded(X_base)[0])
-        if single and len(configs) > BASELINE_MAX:
+        if single and len(base) > BASELINE_MAX:
             # noisy EI integrates over which observed point is the incumbent; only those with a
             # high posterior mean can be (BoTorch's prune_baseline then trims further)
             X_base = X_base[torch.topk(mu_b, BASELINE_MAX).indices]
             info["baseline"] = BASELINE_MAX
         score = None
         if single and len(pool) > keep:
-            # screen with the analytic log EI (no joint samples) against the best posterior
-            # mean observed: the exact acquisition then runs over the most promising only; with
-            # a feasibility model, first to 4x that many by EI alone (its GP is not evaluated
-            # over the whole pool), then by EI x P(feasible)
-            mu, var = (torch.as_tensor(a) for a in self.predictor.posterior_encoded(X_pool))
-            sigma = var.clamp_min(1e-18).sqrt()
-            score = torch.nan_to_num(log_ei_standard((mu - float(mu_b.max())) / sigma)
-                                     + sigma.log(), nan=-torch.inf)
-            first = min(len(pool), 4 * keep if self.feasibility_model is not None else keep)
-            top = torch.topk(score, first).indices.sort().values
-            pool, X_pool, score = [pool[int(i)] for i in top], X_pool[top], score[top]
-            keys = [keys[int(i)] for i in top]
+            pool, X_pool, keys, score = self._screen(pool, X_pool, keys, float(mu_b.max()),
+                                                     keep)
             info["screened"] = keep
         log_w = torch.zeros(len(pool), dtype=X_pool.dtype)
         if self.feasibility_model is not None:
@@ -1002,6 +1020,16 @@ class BayesianSearch(Searcher):
         self.feasibility_model = self._fit_feasibility(seed)
         self._models_at = self.n_told
 
+    def _baseline(self, configs: list[dict]) -> list[dict]:
+        """The observed configurations an incumbent may come from (the acquisition's
+        baseline, the screen's best posterior mean, :meth:`recommend`'s pick): those measured
+        at least once with an unflagged figure (:func:`~cubicml_lab.trials.figure_flag`: not
+        contended, a known CI), all of ``configs`` where none is. A flagged figure still
+        teaches the GP, with its noise, but never sets the bar alone."""
+        trusted = {self.space.key(h["config"]) for h in self._history if h["status"] == "ok"
+                   and figure_flag(h["values"], self.objective) is None}
+        return [c for c in configs if self.space.key(c) in trusted] or list(configs)
+
     def _fit_reason(self) -> str:
         """Which observations :attr:`predictor` was fitted on, in words (a proposal's "why")."""
         n_fit = int(self.predictor.n_train)
@@ -1125,8 +1153,9 @@ class BayesianSearch(Searcher):
         weighs each figure by the noise it was told with and by its neighbours' figures. Over 73
         demo campaigns stored on a 2-core VM, the best measurement was micro-batch 32, 2 heads,
         bf16, no recompute in 62; the highest posterior mean (the demo's prior, the told noise)
-        picked it in 69. A configuration measured only while the contention guard flagged it
-        is not picked while another exists. Falls back to :meth:`best` while the GP cannot be
+        picked it in 69. A configuration measured only with flagged figures
+        (:func:`~cubicml_lab.trials.figure_flag`: contended, or no interval) is not picked while
+        another exists. Falls back to :meth:`best` while the GP cannot be
         fitted (fewer than 2 distinct ok configurations, a second objective, a failed fit).
 
         The GP is fitted on exactly the observations told so far (the fit an ask at this
@@ -1156,10 +1185,8 @@ class BayesianSearch(Searcher):
             pred = self._objective_fit(data, self._fit_seed())
         except PredictorError:
             return self.best()
-        ok = [h for h in self._history if h["status"] == "ok"]
-        clean = [h["config"] for h in ok if not is_contended(h["values"])]
         seen: dict[Any, dict] = {}
-        for c in clean or configs:  # measured under contention: no best (as Campaign.best())
+        for c in self._baseline(configs):  # a flagged figure alone: no best (Campaign.best())
             seen.setdefault(self.space.key(c), c)
         unique = list(seen.values())
         mu = np.asarray(pred.predict(unique)[0], dtype=np.float64)

@@ -11,7 +11,7 @@ import ipywidgets as W
 
 from .._html import fmt, knobs, rows_table
 from ..campaign import Campaign, format_trial
-from ..errors import ConfigError, CubicMLError, SearchError, SpaceError
+from ..errors import ConfigError, CubicMLError, SearchError, SearchExhausted, SpaceError
 from ..trials import TrialResult
 from ..store import Trial
 from ._common import _FONT, _GREY, _error_html, _guard, _interval, _knob_control, _text
@@ -27,7 +27,9 @@ class ProposalReview(W.VBox):
     acquisition value and why it was picked. *accept & run* launches it
     (:meth:`Campaign.launch`, blocking), shows the trial's result line and proposes the next;
     *skip* drops it for good (:meth:`Campaign.skip`, kept in the store); *edit* shows one input
-    per knob, prefilled, and *run edited* launches the edited configuration instead. A
+    per knob, prefilled, and *run edited* launches the edited configuration instead. When
+    everything left was skipped (not the space exhausted: the message says which), *un-skip
+    all* gives the skipped configurations back to the search (:meth:`unskip`). A
     :class:`CampaignDashboard` of the same campaign updates as these trials run.
 
     Kernel -> Interrupt while a trial runs stops it: the campaign ends its processes (cancels
@@ -71,13 +73,18 @@ class ProposalReview(W.VBox):
         self.skip_button = W.Button(description="skip", icon="times",
                                     tooltip="never propose this configuration again")
         self.edit_button = W.Button(description="edit", icon="edit")
+        self.unskip_button = W.Button(description="un-skip all", icon="undo",
+                                      layout=W.Layout(display="none"),
+                                      tooltip="let the search propose the skipped "
+                                              "configurations again")
         self.run_edited_button = W.Button(description="run edited", button_style="warning",
                                           icon="play")
         self.cancel_button = W.Button(description="cancel edit")
         for button, action in ((self.accept_button, self.accept), (self.skip_button, self.skip),
                                (self.edit_button, self.edit),
                                (self.run_edited_button, self.run_edited),
-                               (self.cancel_button, self.cancel_edit)):
+                               (self.cancel_button, self.cancel_edit),
+                               (self.unskip_button, self.unskip)):
             button.on_click(_guard(action, self._fail))
         self.form = W.VBox()
         self.form_check = W.HTML()
@@ -88,7 +95,8 @@ class ProposalReview(W.VBox):
         super().__init__([W.HTML(f"<b style='{_FONT}'>next proposal · campaign "
                                  f"'{html.escape(campaign.name)}'</b>"),
                           self.picker, self.table,
-                          W.HBox([self.accept_button, self.skip_button, self.edit_button]),
+                          W.HBox([self.accept_button, self.skip_button, self.edit_button,
+                                  self.unskip_button]),
                           self.edit_box, self.message, self.results_html])
         self.add_class("cubicml-proposal-review")
         self.propose()
@@ -96,7 +104,8 @@ class ProposalReview(W.VBox):
     # -- state -----------------------------------------------------------------------------------
     def propose(self) -> list[Proposal]:
         """Fill up to ``n`` proposals: the ones still waiting in the campaign first, then new
-        ones from ``campaign.propose`` (an exhausted search is shown, not raised)."""
+        ones from ``campaign.propose`` (a search with nothing left is shown, not raised: an
+        exhausted space, or everything left skipped, with *un-skip all*)."""
         waiting = [p for p in self.proposals if any(p is q for q in self.campaign.proposals)]
         waiting += [q for q in self.campaign.proposals
                     if not any(q is p for p in waiting)][:max(self.n - len(waiting), 0)]
@@ -125,8 +134,10 @@ class ProposalReview(W.VBox):
     def _pick(self, index: int | None) -> Proposal | None:
         i = self.selected if index is None else index
         if not 0 <= i < len(self.proposals):
-            self.error = SearchError(f"no proposal #{i + 1} to act on",
-                                    hint="the search may be exhausted; widen the space")
+            if not isinstance(self.error, SearchExhausted):  # that one says why, and how on
+                self.error = SearchError(f"no proposal #{i + 1} to act on",
+                                         hint="propose() again; campaign.propose() says why "
+                                              "nothing is proposed")
             self._draw()
             return None
         self.selected = i
@@ -159,6 +170,20 @@ class ProposalReview(W.VBox):
         self.results.append(f"skipped   {knobs(p.config, self.campaign.space.names)}")
         self._drop(p)
         self.propose()
+
+    def unskip(self) -> int:
+        """Let the search propose every skipped configuration again (:meth:`Campaign.unskip`,
+        forgotten in the store too), then propose. The button shows when the search stopped
+        proposing because everything left was skipped.
+
+        Returns:
+            How many configurations were un-skipped.
+        """
+        n = self.campaign.unskip()
+        self.error = None
+        self.results.append(f"un-skipped {n} configuration{'s' if n != 1 else ''}")
+        self.propose()
+        return n
 
     def edit(self, index: int | None = None) -> None:
         """Show one input per knob, prefilled with the selected proposal's configuration."""
@@ -283,6 +308,9 @@ class ProposalReview(W.VBox):
                   self.run_edited_button, self.cancel_button):
             b.disabled = not idle
         self.edit_box.layout.display = "flex" if self.editing else "none"
+        all_skipped = isinstance(self.error, SearchExhausted) and self.error.skipped > 0
+        self.unskip_button.layout.display = "flex" if all_skipped else "none"
+        self.unskip_button.disabled = bool(self._busy)
         self.form.children = list(self.controls.values()) if self.editing else []
         if self.editing:
             self._draw_check()
