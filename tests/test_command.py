@@ -31,8 +31,8 @@ QUICK = {"max_time_s": 1.5, "min_steps": 5}
 
 
 def toy(mode: str, *extra: str, **kw) -> Command:
-    return Command(f"toy-{mode}", argv=[sys.executable, TOY, mode, *extra], units="samples",
-                   **kw)
+    return Command(f"toy-{mode}", argv=[sys.executable, TOY, mode, *extra],
+                   **{"units": "samples", **kw})
 
 
 def run(cmd: Command, config=None, launcher=None, measure=QUICK):
@@ -223,6 +223,17 @@ def test_log_pattern_figures_from_a_jobs_stdout():
     assert res.status == "ok", res.error
     assert res.metrics["step_time_s"] == pytest.approx(0.02)
     assert res.metrics["samples_per_s"] == pytest.approx(400, rel=0.01)
+
+
+def test_torchtitan_lines_give_a_rate_and_hf_lines_are_timed_as_they_come():
+    res = run(toy("titan", metrics=["torchtitan"], units="tokens"))
+    assert res.status == "ok", res.error
+    assert res.metrics["tokens_per_s"] == pytest.approx(2048 / 0.02, rel=0.01)
+    assert res.metrics["peak_mem_gib"] == 1.5 and math.isnan(res.metrics["step_time_s"])
+    res = run(toy("hf", metrics=["hf_trainer"]))
+    assert res.status == "ok", res.error
+    assert 0.02 <= res.metrics["step_time_s"] < 0.04  # lines timed as they are read
+    assert res.metrics["steps_per_s"] > 0 and res.metrics["loss"] < 0.5
 
 
 @pytest.mark.parametrize("mode, status, words", [
@@ -518,5 +529,7 @@ def test_command_trials_through_slurm(tmp_path, monkeypatch):
         argv = res.hardware["job"]["argv"]
         assert "--nnodes" in argv and argv[argv.index("--nnodes") + 1] == "2"
         assert res.metrics["samples_per_s"] > 0
+        # node 0 reads its own rank; the two "nodes" are alike: 2 x 8 samples per step
+        assert res.metrics["ranks_reported"] == 1 and res.metrics["units_per_step"] == 16
     finally:
         cluster.stop()

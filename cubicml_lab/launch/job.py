@@ -46,7 +46,7 @@ METRICS_ENV = "CUBICML_LAB_METRICS"
 #: Packages whose versions a command trial records, where the job's Python has them.
 PACKAGES = ("torch", "transformers", "accelerate", "torchtitan", "lightning",
             "pytorch-lightning", "megatron-core", "nemo-toolkit", "deepspeed", "cubicml-lab")
-_POLL_S = 0.05
+_POLL_S = 0.02  # how often the job's reports are read
 _TAIL_LINES = 40
 _OOM_WORDS = re.compile(r"out of memory|OutOfMemoryError|MemoryError|cannot allocate memory|"
                         r"can.t allocate memory|std::bad_alloc|oom-kill", re.IGNORECASE)
@@ -149,13 +149,16 @@ class _JobRun:
         self.options = MeasureOptions.from_dict(spec.get("measure"))
         self.folder = new_trial_dir()
         self.rendered = self.job.render(self.config, trial_dir=self.folder)
-        argv, self.n_devices = self.rendered.argv, 1
+        argv, self.n_devices, self.nodes = self.rendered.argv, 1, 1
         # on several nodes only node 0 stops the job (the others' jobs end with it): a node
         # that stopped first on its own figures would fail node 0's collectives
         self.lead = not torchrun or int(torchrun.get("node_rank", 0)) == 0
         if torchrun:
             argv = _under_torchrun(argv, [str(o) for o in torchrun.get("options", [])])
             self.n_devices = int(torchrun.get("devices", 1))
+            options = [str(o) for o in torchrun.get("options", [])]
+            if "--nnodes" in options[:-1]:
+                self.nodes = int(options[options.index("--nnodes") + 1])
         self.argv = argv
         self.env = {**os.environ, **self.rendered.env, "PYTHONUNBUFFERED": "1",
                     METRICS_ENV: os.path.join(self.folder, "metrics.jsonl"),
@@ -194,7 +197,8 @@ class _JobRun:
         from ..timing.reported import reported_stop
 
         assert self.proc is not None
-        seen = 0
+        seen, found = 0, None
+        budget = self.options.warmup_budget_s + self.options.max_time_s  # after the 1st step
         while True:
             outcome = self.proc.wait(_POLL_S)
             self.reports.poll()
@@ -207,6 +211,9 @@ class _JobRun:
                 why = reported_stop(found[1], self.options) if found else None
                 if why and self.lead:
                     return why
+            first = self.reports.first_report
+            if found and self.lead and now - first > budget:
+                return "max_time_s"  # by the clock (a log of rates has no step time to add up)
             if now - self.started > self.job.timeout_s:
                 return "timeout" if seen else "no step"
             if seen and now - self.reports.last_report > self.job.stall_s:
@@ -296,7 +303,8 @@ def run_command(spec: dict[str, Any]) -> TrialResult:
         run.reports.finish()
         status, error = _verdict(run, why, kills)
         elapsed = time.monotonic() - run.started
-        metrics = run.reports.figures(run.job.units, run.options, elapsed, run.n_devices)
+        metrics = run.reports.figures(run.job.units, run.options, elapsed, run.n_devices,
+                                      run.nodes)
         first = run.reports.first_report
         metrics.update(job_wall_s=elapsed, job_startup_s=first - run.started
                        if math.isfinite(first) else math.nan)

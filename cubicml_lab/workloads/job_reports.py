@@ -8,7 +8,8 @@ job appends one JSON object per line (:mod:`cubicml_lab.report` writes them)::
     {"v": 1, "event": "memory", "rank": 0, "t": ..., "wall": ..., "peak_gib": 3.2}
 
 once per optimizer step and whenever it measures its memory. ``tokens`` and ``samples`` are what
-*that rank* consumed in the step; the lab adds the ranks up. A line that is not such an object
+*that rank* consumed in the step; the lab adds the ranks up (ranks that share one batch, tensor
+or pipeline parallel peers, report it on one of them only). A line that is not such an object
 (junk, a wrong version, a half-written last line) is skipped and counted, never fatal.
 
 **Log lines.** A regular expression with named groups (:data:`GROUPS`) is searched in each line
@@ -30,6 +31,7 @@ import math
 import re
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from ..errors import ConfigError
@@ -105,6 +107,21 @@ def check_sources(metrics: str | Sequence[str]) -> list[str]:
                               hint="name what a group holds, e.g. (?P<step_time_s>[\\d.]+); "
                                    f"known: {', '.join(GROUPS)}")
     return items
+
+
+#: Windows of log lines timed as they are read last at least this long: the lines arrive in
+#: bursts, one per poll of the log (every 20 ms), so a short window is mostly that poll's phase.
+ARRIVAL_WINDOW_S = 0.5
+
+
+def _window_rule(options: MeasureOptions, kind: str) -> MeasureOptions:
+    """The options a rank's reports are windowed by: a rate per line is no time, so each line
+    (an average already) is a window; lines timed as they arrive need long windows."""
+    if kind == "per_unit":
+        return replace(options, window_min_s=0.0)
+    if kind == "arrival":
+        return replace(options, window_min_s=max(options.window_min_s, ARRIVAL_WINDOW_S))
+    return options
 
 
 def _number(text: str | None) -> float | None:
@@ -216,7 +233,7 @@ class JobReports:
             entry = {k: v for k, v in found.items() if v is not None}
             if not entry:
                 continue
-            entry["t"] = now
+            entry["t"], entry["logged"] = now, 1.0
             if "step_time_ms" in entry:
                 entry["step_time_s"] = entry.pop("step_time_ms") / 1000.0
             if "peak_mem_mib" in entry:
@@ -237,22 +254,29 @@ class JobReports:
 
     def durations(self, rank: int) -> tuple[list[tuple[int, float]], str]:
         """``(steps, seconds per step)`` of each report of ``rank`` after its first, and what
-        they measure: ``"step_time"`` (seconds per step) or ``"per_unit"`` (seconds per token
-        or sample: a log that gives only a rate)."""
+        they measure: ``"step_time"`` (seconds per step, from the job's clock or its lines),
+        ``"arrival"`` (the same, from when log lines were read) or ``"per_unit"`` (seconds per
+        token or sample: a log that gives only a rate)."""
         recs = self.steps.get(rank, [])
         rate = next((k for k in ("tokens_per_s", "samples_per_s") if recs and k in recs[-1]),
                     None)
         if rate is not None and not any("step_time_s" in r for r in recs):
             return [(1, 1.0 / r[rate]) for r in recs[1:] if r.get(rate, 0) > 0], "per_unit"
-        out: list[tuple[int, float]] = []
-        for prev, rec in zip(recs, recs[1:]):
-            n = int(rec["step"] - prev["step"]) if "step" in rec and "step" in prev else 1
-            n = n if n >= 1 else 1
-            if "step_time_s" in rec:
-                out.append((n, rec["step_time_s"]))
-            elif rec["t"] > prev["t"]:
-                out.append((n, (rec["t"] - prev["t"]) / n))
-        return out, "step_time"
+        steps = [1] + [max(1, int(r["step"] - p["step"])) if "step" in r and "step" in p else 1
+                       for p, r in zip(recs, recs[1:])]
+        if any("step_time_s" in r for r in recs):  # each line says its seconds per step
+            return [(n, r["step_time_s"]) for n, r in zip(steps[1:], recs[1:])
+                    if "step_time_s" in r], "step_time"
+        # timed by the clock: reports read together (log lines) share an arrival time, and the
+        # time since the previous arrival is theirs
+        groups: list[list[float]] = []  # [time, steps]
+        for n, rec in zip(steps, recs):
+            if groups and rec["t"] == groups[-1][0]:
+                groups[-1][1] += n
+            else:
+                groups.append([rec["t"], n])
+        return [(int(g[1]), (g[0] - p[0]) / g[1]) for p, g in zip(groups, groups[1:])
+                if g[0] > p[0]], "arrival" if recs and recs[-1].get("logged") else "step_time"
 
     def units_per_step(self, units: str) -> float:
         """Median ``tokens``/``samples`` per step of each rank, added over the ranks (NaN when
@@ -280,25 +304,27 @@ class JobReports:
         best: tuple[int, Timing, str] | None = None
         for rank in sorted(self.steps):
             reports, kind = self.durations(rank)
-            timing = reported_timing(reports, options, elapsed_s)
+            timing = reported_timing(reports, _window_rule(options, kind), elapsed_s)
             if timing.windows and (best is None
                                    or timing.median_step_time_s > best[1].median_step_time_s):
                 best = (rank, timing, kind)
         return best
 
     def figures(self, units: str, options: MeasureOptions, elapsed_s: float,
-                n_devices: int = 1) -> dict[str, float]:
+                n_devices: int = 1, nodes: int = 1) -> dict[str, float]:
         """The lab's metrics from what was reported (empty when no rank has a timed window):
         :func:`~cubicml_lab.timing.summarize`'s (``step_time_s``, its CI, ``throughput``,
         ``<units>_per_s`` ...) of the slowest rank, with the units of all ranks per step, plus
         ``peak_mem_gib`` (where reported), ``loss``, ``ranks_reported``, ``junk_lines``.
         A log that gives only a rate yields the throughput and its CI; its step time is NaN
-        unless the lines also give the units per step."""
+        unless the lines also give the units per step. A job on ``nodes`` nodes is read on the
+        first one only (its trial folder is that node's): its units per step count ``nodes``
+        times, the nodes taken to be alike (data parallel across them)."""
         found = self.slowest(options, elapsed_s)
         if found is None:
             return {}
         rank, timing, kind = found
-        per_step = self.units_per_step(units)
+        per_step = self.units_per_step(units) * max(1, nodes)
         if kind == "per_unit":  # windows in seconds per unit: throughput = 1 / median
             metrics = summarize(timing, 1.0, math.nan, None, n_devices, units=units)
             t = metrics["throughput"]

@@ -12,6 +12,8 @@
 * ``hang``: reports 12 steps, then sleeps.
 * ``megatron``: prints Megatron-LM-style log lines instead of writing the metrics file.
 * ``pidfile``: writes its pid to the file ``ARG``, then reports steps until stopped.
+* ``titan``: prints torchtitan-style coloured log lines (tokens/s per device, no step time).
+* ``hf``: prints the Hugging Face Trainer's log dicts, one per step (no time in them).
 """
 
 import json
@@ -74,6 +76,18 @@ elif MODE == "fork":
 elif MODE == "hang":
     report_steps(12)
     time.sleep(3600)
+elif MODE == "titan":
+    for i in range(1, 100_000):
+        busy(STEP_S)
+        tps = round(2048 / STEP_S)
+        print(f"\x1b[31mstep: {i:2}  \x1b[32mloss: {1 / i:8.5f}  \x1b[33mgrad_norm:  1.0000  "
+              f"\x1b[36mmemory:  1.50GiB(2.00%)  \x1b[34mtps: {tps:,}  \x1b[36mtflops: 1.00  "
+              "\x1b[35mmfu: 1.00%\x1b[39m", flush=True)
+elif MODE == "hf":
+    for i in range(1, 100_000):
+        busy(STEP_S)
+        print({"loss": round(1 / i, 4), "grad_norm": 1.0, "learning_rate": 5e-05,
+               "epoch": round(i / 1000, 2)}, flush=True)
 elif MODE == "megatron":
     for i in range(1, 100_000):
         busy(STEP_S)
