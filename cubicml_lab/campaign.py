@@ -50,7 +50,7 @@ from typing import TYPE_CHECKING, Any
 
 from .campaign_view import CampaignView
 from .errors import ConfigError, LaunchError, SearchError, SpaceError, StoreError
-from .trials import TrialResult, is_contended
+from .trials import TrialResult, error_summary, is_contended
 from .search.proposal import Proposal
 from .space import Space
 from .store import FINAL_STATUSES, Trial, TrialStore
@@ -156,8 +156,7 @@ def format_trial(trial_id: int, space: Space, config: Mapping[str, Any], result:
                 if is_contended(m) else "")
         return (f"trial {trial_id:>3}  ok       {shown} {ci}  "
                 f"step {step:.3f} s  {knobs}{flag}")
-    reason = (result.error or "").strip().splitlines()
-    short = reason[-1][:80] if reason else ""
+    short = error_summary(result.error, 80)
     return f"trial {trial_id:>3}  {result.status:<8} {'-':>21}  {knobs}  [{short}]"
 
 

@@ -340,6 +340,26 @@ def failure_result(spec: Mapping[str, Any], status: str, error: str, *, wall_s: 
                        config=dict(config) if isinstance(config, Mapping) else {}, wall_s=wall_s)
 
 
+def error_summary(error: str | None, width: int = 120) -> str:
+    """The line of a trial's ``error`` a person reads first: its first line, which the
+    launchers and :func:`failure_result` write as the summary (what happened, then the stderr
+    tail or traceback), or the last line of an error that is a bare Python traceback (its
+    exception); ``""`` for none. Cut to ``width`` characters.
+
+    Example:
+        >>> error_summary("timed out after 8.0 s (timeout_s = 8)\\n--- last lines of stderr "
+        ...               "---\\nstep 12")
+        'timed out after 8.0 s (timeout_s = 8)'
+        >>> error_summary("Traceback (most recent call last):\\n  File ...\\nValueError: bad")
+        'ValueError: bad'
+    """
+    lines = [line for line in (error or "").strip().splitlines() if line.strip()]
+    if not lines:
+        return ""
+    line = lines[-1] if lines[0].startswith("Traceback") else lines[0]
+    return line.strip()[:width]
+
+
 # -- running one trial in this process --------------------------------------------------------
 def _check_device(device: Any) -> str:
     ok = isinstance(device, str) and (

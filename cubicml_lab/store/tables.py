@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import DependencyError, StoreError
-from ..trials import is_contended
+from ..trials import error_summary, is_contended
 from .schema import (_SQLITE_MAGIC, STATUSES, Trial, _check_config, _check_mapping,
                      _check_metrics, _check_name, _check_path, _check_status, _check_text,
                      _check_time, _dumps, _show)
@@ -87,8 +87,8 @@ def readable_frame(trials: Sequence[Trial], knobs: Sequence[str],
     (``{objective}_rel_ci``, where stored), the metrics of :data:`READ_METRICS` that the trials
     have (names carry units), ``contended`` (the contention guard flagged the figure: not
     trusted), ``started_at`` (local time to the second, a pandas datetime), ``duration_s`` and
-    ``error`` (its last line). Values are as stored, not rounded; :func:`to_dataframe` has every
-    field.
+    ``error`` (its summary line: :func:`~cubicml_lab.trials.error_summary`). Values are as
+    stored, not rounded; :func:`to_dataframe` has every field.
 
     Example:
         >>> from cubicml_lab.store import Trial
@@ -119,9 +119,7 @@ def readable_frame(trials: Sequence[Trial], knobs: Sequence[str],
                              unit="s", utc=True)
     cols["started_at"] = started.dt.tz_convert(_local_zone()).dt.tz_localize(None).dt.floor("s")
     cols["duration_s"] = pd.Series([_nan(t.duration_s) for t in trials], dtype="float64")
-    cols["error"] = pd.Series([(t.error or "").strip().splitlines()[-1][:120]
-                               if (t.error or "").strip() else None for t in trials],
-                              dtype=object)
+    cols["error"] = pd.Series([error_summary(t.error) or None for t in trials], dtype=object)
     return pd.DataFrame(cols)
 
 

@@ -15,7 +15,7 @@ from ..campaign import Campaign
 from ..campaign_view import status_counts
 from ..errors import CubicMLError
 from ..store import FINAL_STATUSES, Trial, TrialStore
-from ..trials import contention_note, is_contended
+from ..trials import contention_note, error_summary, is_contended
 from ._common import _FONT, _GREY, _error_html, _guard, _interval, _set_png, _text, _unit
 
 if TYPE_CHECKING:
@@ -236,7 +236,7 @@ class CampaignDashboard(W.VBox):
         rows = []
         for t in latest:
             predicted = self._predicted(t)
-            note = (t.error or "").strip().splitlines()[-1][:60] if t.error else ""
+            note = error_summary(t.error, 60)
             flagged = t.status == "ok" and is_contended(t.metrics)
             rows.append([t.id, "ok, contended" if flagged else t.status,
                          *(t.config.get(n) for n in names),
