@@ -9,12 +9,16 @@ TORCH_PIN := torch==2.13.0
 STAMP := $(VENV)/.installed
 # Extra `jupyter lab` options: LAB_ARGS="--no-browser --port 8899 --IdentityProvider.token=abc"
 LAB_ARGS ?=
+# `make lab SMOKE=1`: every kernel of the lab runs with CUBICML_LAB_SMOKE=1 (the notebooks' tiny
+# budgets: each runs in a minute or two, and says that its numbers are a smoke run)
+SMOKE ?=
 
 .PHONY: install demo lab test test-fast test-gpu lint-imports notebooks clean help
 
 help:
 	@echo "make demo       create .venv, install, run a real co-design campaign on the CPU (~4 min)"
 	@echo "make lab        JupyterLab on notebooks/ with the cubicml-lab kernel (~10 s once installed)"
+	@echo "make lab SMOKE=1  the same, every notebook with tiny budgets (CUBICML_LAB_SMOKE=1)"
 	@echo "make test       the whole suite but GPU tests (what CI runs)"
 	@echo "make test-fast  the inner loop: no slow, notebook, browser, slurm or gpu tests (~1 min)"
 	@echo "make test-gpu   the tests that need CUDA"
@@ -44,7 +48,10 @@ demo: $(STAMP)
 # JupyterLab in notebooks/: registers this venv's kernel as `cubicml-lab`, installs nbstripout's git
 # filter into .git/config (the tracked .gitattributes names it: `git diff` and commits never carry
 # outputs, cell ids are kept), and jupytext (notebooks/jupytext.toml) saves each notebook's .py twin
-# with it. As root (CI, containers) it adds --allow-root.
+# with it. Git takes a notebook whose size changed (outputs) for a changed one without running the
+# filter; the server's post-save hook (cubicml_lab/lab.py) re-records a saved notebook whose
+# filtered content did not change, so `git status` stays clean. As root (CI, containers) it adds
+# --allow-root.
 lab: $(STAMP)
 	@$(PY) -c "import jupyterlab, jupytext, nbstripout" 2>/dev/null || $(PIP) install -e ".[notebooks]"
 	@$(PY) -m ipykernel install --sys-prefix --name cubicml-lab \
@@ -56,7 +63,9 @@ lab: $(STAMP)
 	  git config filter.nbstripout.extrakeys "metadata.language_info"; \
 	  git config diff.ipynb.textconv '"$(CURDIR)/$(PY)" -m nbstripout --keep-id -t'; \
 	fi
-	cd notebooks && exec ../$(VENV)/bin/jupyter lab \
+	@if [ "$(SMOKE)" = 1 ]; then echo "smoke mode: the notebooks' kernels get CUBICML_LAB_SMOKE=1 (tiny budgets)"; fi
+	cd notebooks && $(if $(filter 1,$(SMOKE)),CUBICML_LAB_SMOKE=1 )exec ../$(VENV)/bin/jupyter lab \
+	  --FileContentsManager.post_save_hook=cubicml_lab.lab.refresh_git_index \
 	  $$([ "$$(id -u)" = 0 ] && echo --allow-root) $(LAB_ARGS)
 
 test: $(STAMP)

@@ -68,11 +68,14 @@ class LabServer:
         token: the server's token (``--IdentityProvider.token``).
         env: extra environment variables; a value of None removes the variable.
         extra_args: more `jupyter lab` options, appended to LAB_ARGS.
+        make_vars: more `make lab` variables, e.g. ``("SMOKE=1",)``.
     """
 
     def __init__(self, log_path: Path, token: str = "cubicml-lab-test", *,
-                 env: dict[str, str | None] | None = None, extra_args: tuple[str, ...] = ()):
+                 env: dict[str, str | None] | None = None, extra_args: tuple[str, ...] = (),
+                 make_vars: tuple[str, ...] = ()):
         self.log_path, self.token, self.extra_args = Path(log_path), token, extra_args
+        self.make_vars = make_vars
         self.env = dict(os.environ)
         for key, value in (env or {}).items():
             if value is None:
@@ -101,7 +104,8 @@ class LabServer:
         log = open(self.log_path, "wb")  # noqa: SIM115 - closed when the process ends
         t0 = time.monotonic()
         self.proc = subprocess.Popen(
-            ["make", "--no-print-directory", "lab", f"LAB_ARGS={self.lab_args()}"], cwd=REPO,
+            ["make", "--no-print-directory", "lab", f"LAB_ARGS={self.lab_args()}",
+             *self.make_vars], cwd=REPO,
             env=self.env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
             start_new_session=True)
         log.close()

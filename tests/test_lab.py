@@ -3,7 +3,9 @@
 The server is the one a person starts (`make lab` in this checkout, with LAB_ARGS for a free port
 and a token), in its own process group. The tests read its REST API, start the registered kernel,
 check that the checkout's `git status` is what it was, that the git filter `make lab` installs
-keeps a notebook saved with outputs out of `git diff`, and that stopping it frees the port.
+keeps a notebook saved with outputs out of `git diff`, that a notebook run and saved through
+`make lab SMOKE=1` (its kernel and its contents API, on a copy of notebooks/) leaves `git status`
+clean, and that stopping it frees the port.
 """
 
 from __future__ import annotations
@@ -146,6 +148,125 @@ def test_git_filter_keeps_outputs_out_of_git(lab, tmp_path):
     diff = _git("diff", cwd=repo).stdout
     added = [ln for ln in diff.splitlines() if ln.startswith("+") and not ln.startswith("+++")]
     assert len(added) == 1 and edit in added[0], diff
+
+
+def _copy_of_the_notebooks(repo: Path) -> None:
+    """This checkout's notebooks/, .gitattributes and .gitignore as they are now, in ``repo``."""
+    (repo / "notebooks").mkdir(parents=True)
+    for name in (".gitattributes", ".gitignore"):
+        shutil.copy(REPO / name, repo / name)
+    for path in (REPO / "notebooks").iterdir():
+        if path.suffix in (".ipynb", ".py", ".toml"):
+            shutil.copy(path, repo / "notebooks" / path.name)
+
+
+def _commit_through_the_filter(repo: Path) -> None:
+    """Make ``repo`` a git repository with the git filter `make lab` installed in this
+    checkout, and commit what it holds through it."""
+    _git("init", "-q", cwd=repo)
+    filters = _git("config", "--get-regexp", r"^(filter\.nbstripout|diff\.ipynb)\.").stdout
+    assert "nbstripout" in filters, "`make lab` did not install the nbstripout git filter"
+    for line in filters.splitlines():
+        key, value = line.split(" ", 1)
+        _git("config", key, value, cwd=repo)
+    _git("add", "-A", cwd=repo)
+    _git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "notebooks", cwd=repo)
+
+
+def _run_cells(server: LabServer, nb: dict, kernel_id: str) -> None:
+    """Run every code cell of ``nb`` in the kernel, as JupyterLab does: outputs, counts and
+    the kernel's language_info land in ``nb``; an error output fails with its traceback."""
+    from jupyter_client import BlockingKernelClient
+    from nbformat.v4 import output_from_msg
+
+    client = BlockingKernelClient()
+    client.load_connection_file(Path(server.env["JUPYTER_RUNTIME_DIR"])
+                                / f"kernel-{kernel_id}.json")
+    client.start_channels()
+    try:
+        client.wait_for_ready(timeout=120)
+        nb["metadata"]["language_info"] = client.kernel_info(reply=True, timeout=60)[
+            "content"]["language_info"]
+        for count, cell in enumerate((c for c in nb["cells"] if c["cell_type"] == "code"), 1):
+            outputs: list[dict] = []
+
+            def keep(msg: dict, outputs: list[dict] = outputs) -> None:
+                if msg["msg_type"] in ("stream", "display_data", "execute_result", "error"):
+                    outputs.append(output_from_msg(msg))
+
+            source = "".join(cell["source"]) if isinstance(cell["source"], list) \
+                else cell["source"]
+            reply = client.execute_interactive(source, timeout=600, output_hook=keep)
+            cell["outputs"], cell["execution_count"] = outputs, count
+            errors = [o for o in outputs if o["output_type"] == "error"]
+            assert reply["content"]["status"] == "ok" and not errors, \
+                "\n".join(errors[0]["traceback"]) if errors else reply["content"]
+    finally:
+        client.stop_channels()
+
+
+@pytest.mark.notebook
+def test_a_notebook_run_and_saved_in_jupyterlab_leaves_git_status_clean(tmp_path):
+    """The README's promise: run 00 in `make lab SMOKE=1` and save it (JupyterLab writes the
+    .ipynb with outputs and jupytext its .py twin), and `git status` shows nothing."""
+    pytest.importorskip("jupyterlab", reason="JupyterLab is not installed: `make install`")
+    if shutil.which("make") is None or not _in_git_checkout():
+        pytest.skip("needs make and a git checkout")
+    name = "00_quickstart.ipynb"
+    _copy_of_the_notebooks(tmp_path / "repo")
+    server = LabServer(tmp_path / "lab.log", env={
+        "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime"), "CUBICML_LAB_RUNS": None,
+        "CUBICML_LAB_SMOKE": None, "MPLBACKEND": None}, make_vars=("SMOKE=1",),
+        extra_args=(f"--ServerApp.root_dir={tmp_path / 'repo' / 'notebooks'}",))
+    with server:  # `make lab` first: it installs the git filter the copy is committed with
+        _commit_through_the_filter(tmp_path / "repo")
+        model = server.get(f"/api/contents/{name}")
+        nb = model["content"]
+        session = server.request("POST", "/api/sessions", {
+            "path": name, "name": name, "type": "notebook",
+            "kernel": {"name": nb["metadata"]["kernelspec"]["name"]}})
+        try:
+            _run_cells(server, nb, session["kernel"]["id"])
+            server.request("PUT", f"/api/contents/{name}",
+                           {"type": "notebook", "format": "json", "content": nb})
+        finally:
+            server.request("DELETE", f"/api/sessions/{session['id']}")
+        assert "smoke mode" in server.log_tail()
+    saved = json.loads((tmp_path / "repo" / "notebooks" / name).read_text())
+    printed = "".join("".join(o.get("text", "")) for c in saved["cells"]
+                      for o in c.get("outputs", []))
+    assert "SMOKE RUN" in printed  # `make lab SMOKE=1` reached the kernel
+    assert any((tmp_path / "repo" / "runs").iterdir()), "the notebook wrote nothing to runs/"
+    status = _git("status", "--porcelain", "--untracked-files=all", cwd=tmp_path / "repo")
+    assert status.stdout == "", (status.stdout + _git(
+        "diff", "--", "notebooks", cwd=tmp_path / "repo").stdout[:3000])
+
+
+def test_the_save_hook_refreshes_only_a_notebook_whose_filtered_content_is_unchanged(tmp_path):
+    if shutil.which("git") is None:
+        pytest.skip("needs git")
+    from cubicml_lab.lab import refresh_git_index
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    _git("init", "-q", cwd=repo)
+    _git("config", "filter.strip.clean", "grep -v '^output'", cwd=repo)  # nbstripout's role
+    (repo / ".gitattributes").write_text("*.ipynb filter=strip\n")
+    nb = repo / "a.ipynb"
+    nb.write_text("cell 1\n")
+    _git("add", "-A", cwd=repo)
+    _git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "a", cwd=repo)
+
+    nb.write_text("cell 1\noutput: 1234.5 tokens/s\n")  # saved with an output: a new size
+    assert _git("status", "--porcelain", cwd=repo).stdout == " M a.ipynb\n"  # git's shortcut
+    assert refresh_git_index(os_path=str(nb), model={}, contents_manager=None)
+    assert _git("status", "--porcelain", cwd=repo).stdout == ""
+    assert _git("diff", "--cached", "--quiet", cwd=repo, check=False).returncode == 0
+
+    nb.write_text("cell 1 edited\noutput: 1234.5 tokens/s\n")  # an edit stays for git to show
+    assert not refresh_git_index(os_path=str(nb))
+    assert _git("status", "--porcelain", cwd=repo).stdout == " M a.ipynb\n"
+    assert not refresh_git_index(os_path=str(tmp_path / "elsewhere.ipynb"))  # untracked, no repo
 
 
 def test_stop_frees_the_port(lab):
