@@ -357,7 +357,7 @@ def test_review_interrupted_stops_the_trial_shows_it_and_raises_from_code(gpt_sp
         review.accept_button.click()  # a click: shown in the widget, not raised
         [first] = tmp_store.trials("int")
         assert first.status == "pending"
-        assert "interrupted: int: interrupted; 1 trial in flight" in review.message.value
+        assert "int: interrupted; 1 trial in flight" in review.message.value
         assert "stopped and re-queued" in review.results_html.value
         [p] = review.proposals
         assert p.trial_id == first.id and not review.accept_button.disabled
@@ -427,3 +427,65 @@ def test_predictor_explorer_shows_the_objectives_unit_without_being_told(gpt_spa
         timed.tell(cfg, {"step_time_s": 0.01 * cfg["micro_batch"]})
     timed.propose()
     assert widgets.PredictorExplorer.from_search(timed).unit == "s"
+
+
+KERNEL_REVIEW = """
+import cubicml_lab as cml
+from cubicml_lab import widgets
+space = cml.Space([cml.PowerOfTwo("micro_batch", 1, 4)])
+camp = cml.Campaign("int", space, workload="gpt", store=cml.TrialStore(STORE_PATH),
+                    launcher=cml.launch.Subprocess(timeout_s=300),
+                    searcher=cml.RandomSearch(space, seed=0),
+                    measure_options={"max_time_s": 120, "warmup_max_s": 0.5, "min_steps": 3,
+                                     "max_steps": 10**7, "target_rel_ci": 1e-9},
+                    fixed={"d_model": 32, "n_layers": 1, "n_heads": 2, "seq_len": 32,
+                           "vocab": 128})
+review = widgets.ProposalReview(camp)
+print(review.accept_button.model_id)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_kernel_interrupt_during_a_review_click_stops_the_trial(tmp_path):
+    """In a real Jupyter kernel, *accept & run* clicked (the comm message a browser sends) and
+    then Kernel -> Interrupt: the interrupt reaches the click's handler, the trial is stopped
+    and pending, the widget says so, and the kernel runs the next cell normally."""
+    jupyter_client = pytest.importorskip("jupyter_client")
+    path = tmp_path / "lab.sqlite"
+    km = jupyter_client.KernelManager(kernel_name="python3")
+    km.start_kernel(cwd=str(tmp_path))
+    kc = km.client()
+    kc.start_channels()
+    out = []
+    try:
+        kc.wait_for_ready(timeout=60)
+        kc.execute_interactive(KERNEL_REVIEW.replace("STORE_PATH", repr(str(path))),
+                               timeout=60, output_hook=out.append)
+        [button] = [m["content"]["text"].strip() for m in out if m["msg_type"] == "stream"]
+        kc.shell_channel.send(kc.session.msg("comm_msg", content={
+            "comm_id": button, "data": {"method": "custom", "content": {"event": "click"}}}))
+        deadline = time.monotonic() + 120
+        while not _running(path, "int"):
+            assert time.monotonic() < deadline, "the clicked trial never started"
+            time.sleep(0.5)
+        time.sleep(2)
+        km.interrupt_kernel()
+        out.clear()
+        reply = kc.execute_interactive(
+            "print(review.message.value); print([t.status for t in camp.trials()])",
+            timeout=60, output_hook=out.append)
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
+    text = "".join(m["content"].get("text", "") for m in out if m["msg_type"] == "stream")
+    assert reply["content"]["status"] == "ok"
+    assert "int: interrupted; 1 trial in flight was stopped and re-queued" in text
+    assert "['pending']" in text
+
+
+def _running(path, campaign):
+    if not path.exists():
+        return False
+    with cml.TrialStore(path) as store:
+        return campaign in store.campaigns() and bool(store.trials(campaign, status="running"))

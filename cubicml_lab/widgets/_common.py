@@ -31,7 +31,7 @@ def _error_html(err: BaseException, prefix: str = "") -> str:
         if err.hint:
             text += f"<br><i>hint: {html.escape(err.hint)}</i>"
     elif isinstance(err, KeyboardInterrupt):  # Kernel -> Interrupt: what it stopped, if said
-        text = html.escape(f"{prefix}interrupted" + (f": {err}" if str(err) else ""))
+        text = html.escape(prefix + (str(err) or "interrupted"))
     else:
         text = html.escape(f"{type(err).__name__}: {err}")
     return f"<div style='{_RED}; {_FONT}'>{text}</div>"
