@@ -25,6 +25,7 @@
 # Runtime: about 2.5 minutes on 2 CPU cores at the full budget (150 s measured); no GPU needed.
 
 # %%
+import math
 import os
 from pathlib import Path
 
@@ -111,11 +112,13 @@ print("\n".join(review.results))
 # ## 4. The rest of the budget, with a review rule
 # `Campaign.run(review=...)` passes each proposal through a function before launching it: return
 # the configuration to run it, an edited configuration to run that instead, or None to skip it.
-# This rule skips a proposal whose 95% interval lies wholly below the best speed measured, or
-# which is predicted not to fit in memory, and turns full recomputation off (it only trades time
-# for memory, and memory is not the constraint here) unless that configuration was already
-# measured. The campaign also stops early when the search's stopping rule fires: three
-# Bayesian asks in a row that expect less than 0.5% improvement.
+# This rule skips a proposal whose 95% interval lies wholly below the best speed measured
+# (`campaign.best()`: a flagged figure, contended or without an interval, is never that best
+# while a clean one exists), or which is predicted not to fit in memory, and turns full
+# recomputation off (it only trades time for memory, and memory is not the constraint here)
+# unless that configuration was already measured. The campaign also stops early when the
+# search's stopping rule fires: three Bayesian asks in a row that expect less than 0.5%
+# improvement.
 
 
 # %%
@@ -182,9 +185,9 @@ plots.pareto_data(df, "throughput", "peak_mem_gib").query("on_front")[
 
 # %% [markdown]
 # ## 7. Ask the predictor
-# The search's GP as it stood at its last ask: move the knobs to see the predicted speed, its
-# interval and the probability of fitting under the memory limit, for configurations nobody
-# has measured.
+# The search's GP, fitted on every trial of the campaign: move the knobs to see the predicted
+# speed, its interval and the probability of fitting under the memory limit, for
+# configurations nobody has measured.
 
 # %%
 explorer = cml.widgets.PredictorExplorer.from_search(search)
@@ -204,29 +207,27 @@ print(path.read_text())
 
 # %% [markdown]
 # ## What we found
-# The latest full run (2026-11-26, the 2-core AMD EPYC VM, idle, 150 s): the default
-# configuration trained at 16,238 tokens/s, and the search found micro-batch 32, 2 heads, bf16,
-# no recomputation, 2 threads at 25,873 tokens/s, 1.59x the default. The review rule skipped 132
-# proposals (the decisions table says why), and the campaign stopped at 11 of its 16 trials with
-# nothing left to propose.
-#
-# An earlier full run, on the same kind of machine (16 trials, 74 s; other work was
-# running on the machine at the time, which costs some figures 10-15%). The default
-# configuration (micro-batch 8, 4 heads, fp32, no recomputation, 2 threads) trained at 36,300
-# tokens/s. The search found micro-batch 16, 2 heads, bf16, no recomputation, 2 threads: 61,400
-# tokens/s, 1.69x the default, at trial 13. An earlier run of the same cells on the idle machine
-# measured that configuration at 73,100 tokens/s (2.0x).
-#
-# The review mattered less than the data: with 5 trials behind it, the GP's 95% intervals span
-# a factor of 2 to 6 (e.g. 11,300 to 74,600 tokens/s), so "skip what cannot beat the best" never
-# fired. The recompute rule did: it skipped one proposal whose no-recompute twin was already
-# measured and edited another (micro-batch 16, 4 heads, bf16) to run without recomputation. The
-# intervals narrowed as trials came in; the last accepted proposal (micro-batch 8, 2 heads) was
-# predicted at 60,200 (49,800 to 72,700) and measured at 56,200. The stopping rule did not fire
-# within 16 trials: the search still expected more than 0.5% improvement.
-#
-# Memory is no constraint for this small model: every configuration peaked between 0.35 and 0.55
-# GiB, so P(fits) under the 2 GiB limit was 1.0 throughout, and the speed-vs-memory front holds
-# four configurations, from 0.35 GiB at 13,100 tokens/s to 0.48 GiB at 61,400. On a GPU, where a
-# larger model meets its memory limit, the same cells show the trade-off that matters.
-# Your figures come from the cells above.
+# Computed from this run, so the lines below always say what it did: the trials by status
+# and how many ok figures were flagged, the default against the configuration the search
+# recommends, what the review rule decided, why the campaign stopped, and the memory the
+# configurations took. A flagged figure (measured beside other work, or a single window with
+# no interval, shown `±?`) is counted but never taken as the best that the rule compares with.
+# Where the rule skipped everything left, the stop reason says so (it is not "search space
+# exhausted"), and `campaign.unskip()` gives those configurations back to the search.
+# For this small model on a CPU the last line shows how far memory stays below the limit; on a
+# GPU, where a larger model meets its memory limit, the same cells show the trade-off that
+# matters.
+
+# %%
+s = campaign.summary()
+flags = pd.Series([cml.trials.figure_flag(t.metrics) or "unflagged" for t in campaign.trials()
+                   if t.status == "ok"], dtype=object).value_counts().to_dict()
+rule = pd.Series([d["decision"] for d in decisions], dtype=object).value_counts().to_dict()
+rec = ", ".join(f"{k}={v}" for k, v in (s["recommended_config"] or {}).items())
+mem = campaign.dataframe().query("status == 'ok'")["peak_mem_gib"]
+print(f"{s['trials']} trials of a budget of {BUDGET}: {s['by_status']}; ok figures: {flags}")
+print(f"default {s['reference'] or math.nan:,.0f} tokens/s; recommended {rec}: "
+      f"{s['recommended'] or math.nan:,.0f} tokens/s, {s['speedup'] or math.nan:.2f}x the default")
+print(f"the review rule saw {len(decisions)} proposals: {rule}")
+print(f"stopped: {campaign.stop_reason}")
+print(f"peak memory {mem.min():.2f} to {mem.max():.2f} GiB, limit {MEMORY_LIMIT_GIB} GiB")
