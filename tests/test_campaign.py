@@ -6,6 +6,7 @@ import math
 import sys
 
 import pytest
+from interrupting import CAMPAIGN_SOURCE, trial_running
 
 import cubicml_lab as cml
 from cubicml_lab.errors import ConfigError, StoreError
@@ -235,28 +236,14 @@ def test_resumed_trial_is_pending_for_the_searcher(gpt_space, tmp_store):
 
 
 INTERRUPT_SCRIPT = """
-import signal, sys, cubicml_lab as cml
+import signal, sys
 # as in a terminal or a Jupyter kernel: a pytest started in the background (`make test &` in a
 # shell without job control) ignores SIGINT, and its children inherit that
 signal.signal(signal.SIGINT, signal.default_int_handler)
-space = cml.Space([cml.PowerOfTwo("micro_batch", 1, 4)])
-store = cml.TrialStore(sys.argv[1])
-camp = cml.Campaign("int", space, workload="gpt", store=store,
-                    launcher=cml.launch.Subprocess(timeout_s=300),
-                    searcher=cml.RandomSearch(space, seed=0),
-                    measure_options={"max_time_s": 120, "warmup_max_s": 0.5, "min_steps": 3,
-                                     "max_steps": 10**7, "target_rel_ci": 1e-9},
-                    fixed={"d_model": 32, "n_layers": 1, "n_heads": 2, "seq_len": 32, "vocab": 128})
+""" + CAMPAIGN_SOURCE.replace("STORE_PATH", "sys.argv[1]") + """
 df = camp.run(budget=2, progress=False)
 print("the next statement ran", len(df), camp.stop_reason)
 """
-
-
-def _running(path, campaign):
-    if not path.exists():
-        return False
-    with cml.TrialStore(path) as store:
-        return campaign in store.campaigns() and bool(store.trials(campaign, status="running"))
 
 
 def _descendants(pid):
@@ -294,7 +281,7 @@ def test_interrupt_stops_the_script_after_requeueing(tmp_path):
     proc = subprocess.Popen([sys.executable, str(script), str(path)], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and not _running(path, "int"):
+    while time.monotonic() < deadline and not trial_running(path):
         time.sleep(0.5)
     time.sleep(3)  # the trial process is importing torch or training now
     children = _descendants(proc.pid)  # this campaign's trial guard and worker, no other's
@@ -312,9 +299,6 @@ def test_interrupt_stops_the_script_after_requeueing(tmp_path):
     with cml.TrialStore(path) as store:
         [trial] = store.trials("int")
         assert trial.status == "pending"
-
-
-KERNEL_SETUP = INTERRUPT_SCRIPT.split("df = camp.run")[0].replace("sys.argv[1]", "STORE_PATH")
 
 
 @pytest.mark.slow
@@ -335,14 +319,14 @@ def test_kernel_interrupt_stops_run_all(tmp_path):
     kc.start_channels()
     try:
         kc.wait_for_ready(timeout=60)
-        setup = kc.execute_interactive(KERNEL_SETUP.replace("STORE_PATH", repr(str(path))),
+        setup = kc.execute_interactive(CAMPAIGN_SOURCE.replace("STORE_PATH", repr(str(path))),
                                        timeout=60)
         assert setup["content"]["status"] == "ok", setup["content"]
         run_id = kc.execute(f"df = camp.run(budget=2, progress=False)\n"
                             f"open({str(after)!r}, 'w').close()")
         next_id = kc.execute(f"open({str(next_cell)!r}, 'w').close()")  # queued, as by Run All
         deadline = time.monotonic() + 120
-        while not _running(path, "int"):
+        while not trial_running(path):
             assert time.monotonic() < deadline, "the trial never started"
             time.sleep(0.5)
         time.sleep(2)

@@ -70,17 +70,10 @@ def test_ctrl_c_in_run_exits_130_with_one_line(tmp_path):
     import signal
     import time
 
-    import cubicml_lab as cml
+    from interrupting import campaign
 
-    space = cml.Space([cml.PowerOfTwo("micro_batch", 1, 4)])
-    store = cml.TrialStore(tmp_path / "lab.sqlite")
-    camp = cml.Campaign("cli-int", space, workload="gpt", store=store,
-                        launcher=cml.launch.Subprocess(timeout_s=300),
-                        searcher=cml.RandomSearch(space, seed=0),
-                        measure_options={"max_time_s": 120, "warmup_max_s": 0.5, "min_steps": 3,
-                                         "max_steps": 10**7, "target_rel_ci": 1e-9},
-                        fixed={"d_model": 32, "n_layers": 1, "n_heads": 2, "seq_len": 32,
-                               "vocab": 128})
+    camp = campaign(tmp_path / "lab.sqlite", "cli-int")
+    store = camp.store
     path = camp.to_yaml(tmp_path / "c.yaml", budget=2)
     # SIGINT as a terminal delivers it (a pytest started in the background ignores it)
     proc = subprocess.Popen([sys.executable, "-m", "cubicml_lab.cli", "run", str(path),

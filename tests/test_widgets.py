@@ -10,6 +10,7 @@ import time
 
 import ipywidgets
 import pytest
+from interrupting import CAMPAIGN_SOURCE, UNTIL_STOPPED, trial_running
 
 import cubicml_lab as cml
 from cubicml_lab import widgets
@@ -334,12 +335,10 @@ def test_review_interrupted_stops_the_trial_shows_it_and_raises_from_code(gpt_sp
     import signal
     import threading
 
-    long = {"max_time_s": 120, "warmup_max_s": 0.5, "min_steps": 3, "max_steps": 10**7,
-            "target_rel_ci": 1e-9}
     camp = cml.Campaign("int", gpt_space, workload="gpt",
                         launcher=cml.launch.Subprocess(timeout_s=300),
                         searcher=cml.RandomSearch(gpt_space, seed=0), store=tmp_store,
-                        measure_options=long, fixed=TINY)
+                        measure_options=UNTIL_STOPPED, fixed=TINY)
     review = widgets.ProposalReview(camp)
     pids = []  # the trial processes interrupted
 
@@ -429,17 +428,8 @@ def test_predictor_explorer_shows_the_objectives_unit_without_being_told(gpt_spa
     assert widgets.PredictorExplorer.from_search(timed).unit == "s"
 
 
-KERNEL_REVIEW = """
-import cubicml_lab as cml
+KERNEL_REVIEW = CAMPAIGN_SOURCE + """
 from cubicml_lab import widgets
-space = cml.Space([cml.PowerOfTwo("micro_batch", 1, 4)])
-camp = cml.Campaign("int", space, workload="gpt", store=cml.TrialStore(STORE_PATH),
-                    launcher=cml.launch.Subprocess(timeout_s=300),
-                    searcher=cml.RandomSearch(space, seed=0),
-                    measure_options={"max_time_s": 120, "warmup_max_s": 0.5, "min_steps": 3,
-                                     "max_steps": 10**7, "target_rel_ci": 1e-9},
-                    fixed={"d_model": 32, "n_layers": 1, "n_heads": 2, "seq_len": 32,
-                           "vocab": 128})
 review = widgets.ProposalReview(camp)
 print(review.accept_button.model_id)
 """
@@ -466,7 +456,7 @@ def test_kernel_interrupt_during_a_review_click_stops_the_trial(tmp_path):
         kc.shell_channel.send(kc.session.msg("comm_msg", content={
             "comm_id": button, "data": {"method": "custom", "content": {"event": "click"}}}))
         deadline = time.monotonic() + 120
-        while not _running(path, "int"):
+        while not trial_running(path):
             assert time.monotonic() < deadline, "the clicked trial never started"
             time.sleep(0.5)
         time.sleep(2)
@@ -482,10 +472,3 @@ def test_kernel_interrupt_during_a_review_click_stops_the_trial(tmp_path):
     assert reply["content"]["status"] == "ok"
     assert "int: interrupted; 1 trial in flight was stopped and re-queued" in text
     assert "['pending']" in text
-
-
-def _running(path, campaign):
-    if not path.exists():
-        return False
-    with cml.TrialStore(path) as store:
-        return campaign in store.campaigns() and bool(store.trials(campaign, status="running"))
