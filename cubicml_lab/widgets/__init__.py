@@ -22,7 +22,10 @@ State and drawing are kept apart: each state change is a plain method (``editor.
 and the ``_draw*`` methods only read what those methods leave. A method that fails on a person's
 input (a bad constraint, an edited configuration outside the space) keeps the error in ``.error``
 and shows its message and hint in red instead of raising: in a button callback a traceback would
-go to JupyterLab's log console, where nobody sees it.
+go to JupyterLab's log console, where nobody sees it. Kernel -> Interrupt while a click runs a
+trial stops it there: the campaign ends and re-queues the trial and the widget says so in red;
+the same method called from a cell (``review.accept()``) raises the ``KeyboardInterrupt`` on, so
+*Run All* stops.
 
 While ``campaign.run()`` blocks the kernel, the updates a dashboard sends on each campaign event
 (:meth:`~cubicml_lab.campaign.Campaign.observe`) still reach JupyterLab, but button clicks wait
