@@ -23,7 +23,8 @@ def _steps(path: Path) -> tuple[list[dict], list[dict]]:
 
 @pytest.mark.parametrize("module, package", [("hf", "transformers"), ("lightning", "lightning")])
 def test_a_missing_trainer_says_which_extra(module: str, package: str) -> None:
-    code = (f"import sys; sys.modules[{package!r}] = None; sys.modules['pytorch_lightning'] = None\n"
+    code = (f"import sys; sys.modules[{package!r}] = None\n"
+            "sys.modules['pytorch_lightning'] = None\n"
             f"try:\n    import cubicml_lab.integrations.{module}\n"
             "except ImportError as err:\n    print(type(err).__name__, err)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,

@@ -1,4 +1,5 @@
-"""cubicml_lab.report: the job-side reporter (lines, no-op outside the lab, processes sharing a file)."""
+"""cubicml_lab.report: the job-side reporter (its lines, a no-op outside the lab, processes
+sharing a file)."""
 
 from __future__ import annotations
 

@@ -6,8 +6,9 @@
   (``pip install 'cubicml-lab[lightning]'``).
 
 Each calls :func:`cubicml_lab.report.step` on every rank once per optimizer step with the samples
-(and tokens, where known) that the step consumed on that rank (the lab adds the ranks up), and :func:`cubicml_lab.report.memory`
-after the first steps and then now and then (the lab may stop the job before it ends). Outside
+(and tokens, where known) that the step consumed on that rank (the lab adds the ranks up), and
+:func:`cubicml_lab.report.memory` after the first steps and then now and then (the lab may stop the
+job before it ends). Outside
 the lab (no ``CUBICML_LAB_METRICS`` in the environment) they do nothing. Importing this package
 imports neither trainer; a missing one is a :class:`~cubicml_lab.errors.DependencyError` with the
 ``pip`` line, raised by the submodule that needs it.
@@ -28,7 +29,8 @@ from ..errors import DependencyError
 __all__ = ["EXTRAS", "memory_due", "missing", "report_step"]
 
 #: The pip line that installs each integration's trainer.
-EXTRAS = {"hf": "pip install 'cubicml-lab[hf]'", "lightning": "pip install 'cubicml-lab[lightning]'"}
+EXTRAS = {"hf": "pip install 'cubicml-lab[hf]'",
+          "lightning": "pip install 'cubicml-lab[lightning]'"}
 
 
 def missing(extra: str, package: str, err: ImportError) -> DependencyError:

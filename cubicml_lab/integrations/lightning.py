@@ -11,8 +11,9 @@ Lightning calls ``on_train_batch_end`` once per batch; an optimizer step happene
 callback report, on every rank, with the samples of this rank's batches since the last step (the
 first dimension of the batch's first tensor, or of ``input_ids``; the lab adds the ranks up), the
 tokens where the batch holds token ids (an integer tensor of shape ``[batch, seq]``) or
-``seq_len`` is given, and the loss the training step returned. Memory (``report.memory``) after steps 1-3, every ``memory_every``
-steps and at the end of training. Outside the lab it does nothing.
+``seq_len`` is given, and the loss the training step returned. Memory (``report.memory``) after
+steps 1-3, every ``memory_every`` steps and at the end of training. Outside the lab it does
+nothing.
 
 Importing this module imports ``lightning`` (or, where only that is installed,
 ``pytorch_lightning``); where neither is, a :class:`~cubicml_lab.errors.DependencyError` says

@@ -193,7 +193,8 @@ def lookup(name: str) -> Workload | None:
         raise ConfigError(
             f"workload {name!r} was registered as an object in the process that started this "
             "trial (e.g. a class defined in a notebook cell); this is a fresh interpreter, which "
-            "cannot see it", hint=f"{_PORTABLE_HINT}, or run it with launcher=cml.launch.InProcess()")
+            "cannot see it",
+            hint=f"{_PORTABLE_HINT}, or run it with launcher=cml.launch.InProcess()")
     eps = _entry_points()
     if name in eps:
         return _load(name, eps[name], f"entry point {eps[name]!r}")
