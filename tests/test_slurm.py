@@ -404,3 +404,42 @@ def test_two_srun_tasks_each_start_torchrun(cluster: SlurmCluster, jobs_folder: 
     assert logs == [f"{job}_0_log.out", f"{job}_1_log.out"]  # one per srun task
     print(f"\n2 srun tasks x torchrun: {res.metrics['tokens_per_s']:.0f} tokens/s, "
           f"submit to start {slurm['submit_to_start_s']:.2f} s")
+
+
+def test_interrupt_cancels_the_job_requeues_the_trial_and_stops_the_script(
+        cluster: SlurmCluster, tmp_path: Path) -> None:
+    """Ctrl-C while a campaign's trial runs as a Slurm job: the job is cancelled, the trial is
+    pending again, and run() raises KeyboardInterrupt, so the statement after it never runs."""
+    import signal
+    import subprocess
+    import sys
+
+    import cubicml_lab as cml
+
+    script = ("import signal; signal.signal(signal.SIGINT, signal.default_int_handler)\n"
+              + CAMPAIGN_SCRIPT.replace('"slurm-kill"', '"slurm-int"').replace(repr(MID),
+                                                                              repr(LONG))
+              + "print('the next statement ran')\n")
+    store_path = tmp_path / "lab.sqlite"
+    proc = subprocess.Popen([sys.executable, "-c", script, str(store_path),
+                             str(tmp_path / "jobs")], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        trial = _running_trial(store_path)
+        job_id = trial.hardware["process"]["slurm_job_id"]
+        _wait_running([job_id], cluster)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == -signal.SIGINT, (out, err[-2000:])
+    assert "the next statement ran" not in out
+    assert err.strip().splitlines()[-1] == (
+        "KeyboardInterrupt: slurm-int: interrupted; 1 trial in flight was stopped and re-queued "
+        "(run again to resume)"), err[-2000:]
+    deadline = time.monotonic() + 30
+    while _sacct_state(cluster, job_id) != "CANCELLED" and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert _sacct_state(cluster, job_id) == "CANCELLED"
+    with cml.TrialStore(store_path) as store:
+        assert store.get_trial(trial.id).status == "pending"
