@@ -533,3 +533,12 @@ def test_command_trials_through_slurm(tmp_path, monkeypatch):
         assert res.metrics["ranks_reported"] == 1 and res.metrics["units_per_step"] == 16
     finally:
         cluster.stop()
+
+
+def test_a_job_that_finishes_on_its_own_keeps_its_figure():
+    job = Command("short", argv=[sys.executable, TOY, "junk"], units="samples")  # 400 steps
+    res = run(job, measure={"max_time_s": 60, "min_steps": 5, "target_rel_ci": 1e-9,
+                            "max_steps": 10**6})
+    assert res.status == "ok", res.error
+    assert res.hardware["job"]["ended"] == "exited" and res.hardware["job"]["exit_code"] == 0
+    assert res.metrics["steps_timed"] > 300 and res.metrics["target_met"] == 0

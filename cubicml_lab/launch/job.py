@@ -271,14 +271,16 @@ class _JobRun:
 _STOPPED = ("target met", "max_steps", "max_time_s")
 
 
-def _verdict(run: _JobRun, why: str, kills_before: int | None) -> tuple[str, str | None]:
-    """``(status, error)`` of a job that ended (or was stopped) for ``why``."""
+def _verdict(run: _JobRun, why: str, kills_before: int | None,
+             figure: bool) -> tuple[str, str | None]:
+    """``(status, error)`` of a job that ended (or was stopped) for ``why``; ``figure``: its
+    reports hold a timed window."""
     n, limit = run.reports.n_steps, run.job.timeout_s
     code = run.proc.exit_code if run.proc is not None else None
     left = (f"; process(es) {run.left_running} it left running were killed with its group"
             if run.left_running else "")
-    if why in _STOPPED:
-        return "ok", None
+    if why in _STOPPED or (figure and (why == "timeout" or (why == "exited" and code == 0))):
+        return "ok", None  # stopped on its figure, at its time limit, or it finished
     if why == "no step":
         return "timeout", (f"no step reported within timeout_s = {limit:g} s (the job was still "
                            f"running; is metrics={run.job.metrics} what it writes?)")
@@ -324,10 +326,10 @@ def run_command(spec: dict[str, Any]) -> TrialResult:
         why = run.watch()
         run.stop()
         run.reports.finish()
-        status, error = _verdict(run, why, kills)
         elapsed = time.monotonic() - run.started
         metrics = run.reports.figures(run.job.units, run.options, elapsed, run.n_devices,
                                       run.nodes)
+        status, error = _verdict(run, why, kills, bool(metrics.get("windows")))
         first = run.reports.first_report
         metrics.update(job_wall_s=elapsed, job_startup_s=first - run.started
                        if math.isfinite(first) else math.nan)
