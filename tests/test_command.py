@@ -344,6 +344,7 @@ def _campaign_file(tmp_path, argv) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_cli_runs_a_command_only_with_consent(tmp_path, capsys):
     from cubicml_lab.cli import main
 
@@ -409,6 +410,7 @@ def test_the_job_dies_with_its_campaign(tmp_path):
 
 
 # -- the physics prior on the user's own job --------------------------------------------------
+@pytest.mark.slow
 def test_llm_physics_prior_on_a_commands_own_knob_names(tmp_store):
     """The user's knob names map onto LLMTrainingModel's vocabulary; the model is the search's
     cost and memory model over a Command campaign (here a toy job stands in for the LLM)."""
@@ -535,6 +537,7 @@ def test_command_trials_through_slurm(tmp_path, monkeypatch):
         cluster.stop()
 
 
+@pytest.mark.slow
 def test_a_job_that_finishes_on_its_own_keeps_its_figure():
     job = Command("short", argv=[sys.executable, TOY, "junk"], units="samples")  # 400 steps
     res = run(job, measure={"max_time_s": 60, "min_steps": 5, "target_rel_ci": 1e-9,
