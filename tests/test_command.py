@@ -545,3 +545,25 @@ def test_a_job_that_finishes_on_its_own_keeps_its_figure():
     assert res.status == "ok", res.error
     assert res.hardware["job"]["ended"] == "exited" and res.hardware["job"]["exit_code"] == 0
     assert res.metrics["steps_timed"] > 300 and res.metrics["target_met"] == 0
+
+
+def test_torchrun_wraps_a_script_a_module_or_a_program():
+    from cubicml_lab.errors import LaunchError
+    from cubicml_lab.launch.job import _under_torchrun
+
+    opts = ["--nproc-per-node", "2"]
+    assert _under_torchrun(["python", "train.py", "--a"], opts) == [
+        "python", "-m", "torch.distributed.run", *opts, "train.py", "--a"]
+    assert _under_torchrun(["/v/bin/python3", "-m", "torchtitan.train", "--x"], opts) == [
+        "/v/bin/python3", "-m", "torch.distributed.run", *opts, "-m", "torchtitan.train", "--x"]
+    assert _under_torchrun(["./run.sh", "a"], opts)[-4:] == [*opts[1:], "--no-python",
+                                                              "./run.sh", "a"][-4:]
+    with pytest.raises(LaunchError, match="already starts torchrun"):
+        _under_torchrun(["torchrun", "--nproc-per-node=2", "train.py"], opts)
+    with pytest.raises(LaunchError, match="script or -m module"):
+        _under_torchrun(["python", "-u", "train.py"], opts)
+    from cubicml_lab.launch import Torchrun
+
+    res = run(Command("tr", argv=["torchrun", "x.py"]),
+              launcher=Torchrun(nproc_per_node=2, timeout_s=60))
+    assert res.status == "failed" and "already starts torchrun" in res.error
