@@ -821,23 +821,28 @@ class Campaign(CampaignView):
             pool.shutdown(wait=stopped_by is None or callable(getattr(self.launcher, "cancel",
                                                                       None)),
                           cancel_futures=True)
-        if stopped_by is not None:  # what was in flight runs again first next time
-            line = self._requeue(list(in_flight.values()),
-                                 announce=isinstance(stopped_by, _Stopped),
-                                 reason="stopped by Campaign.stop()"
-                                 if isinstance(stopped_by, _Stopped)
-                                 else "interrupted" if isinstance(stopped_by, KeyboardInterrupt)
-                                 else f"the launcher failed: {stopped_by}")
-            if isinstance(stopped_by, LaunchError):
-                raise stopped_by
-            if isinstance(stopped_by, KeyboardInterrupt):  # Run All must stop here
-                raise _interrupted(line) from None
-            return self.table(full=full)
+        if stopped_by is not None:
+            return self._stopped(stopped_by, list(in_flight.values()), full)
         if self.stop_reason is None:
             self.stop_reason = "budget reached"
         self._emit("stopped", self.stop_reason)
         if verbose:
             print(f"{self.name}: {finished} finished trials; stopped: {self.stop_reason}")
+        return self.table(full=full)
+
+    def _stopped(self, err: BaseException, in_flight: list[tuple[int, dict[str, Any]]],
+                 full: bool) -> pd.DataFrame:
+        """:meth:`run` was stopped by ``err``: what was in flight goes back to the queue (to run
+        first next time), then an interrupt is raised again with the line that says so (so
+        *Run All* stops), a launcher failure too, and :meth:`stop` returns the table."""
+        line = self._requeue(in_flight, announce=isinstance(err, _Stopped),
+                             reason="stopped by Campaign.stop()" if isinstance(err, _Stopped)
+                             else "interrupted" if isinstance(err, KeyboardInterrupt)
+                             else f"the launcher failed: {err}")
+        if isinstance(err, LaunchError):
+            raise err
+        if isinstance(err, KeyboardInterrupt):
+            raise _interrupted(line) from None
         return self.table(full=full)
 
     def _loop(self, budget: int, parallel: int, finished: int, pool: cf.ThreadPoolExecutor,

@@ -861,3 +861,17 @@ def test_table_is_what_a_person_reads_and_full_is_every_field(gpt_space, tmp_sto
     assert full.equals(camp.dataframe()) and len(full.columns) > len(table.columns)
     assert {"windows", "reference_speed", "hw.hostname", "d_model"} <= set(full.columns)
     assert full["started_at"].iloc[0] == t0  # unix seconds, as before
+
+
+def test_a_launcher_that_cannot_start_trials_raises_after_requeueing(gpt_space, tmp_store,
+                                                                     tmp_path):
+    from cubicml_lab.errors import LaunchError
+
+    missing = tmp_path / "no-such-python"
+    camp = make("nopython", gpt_space, tmp_store,
+                launcher=cml.launch.Subprocess(python=missing),
+                searcher=cml.RandomSearch(gpt_space, seed=0))
+    with pytest.raises(LaunchError, match="no-such-python"):
+        camp.run(budget=2, progress=False)
+    [trial] = tmp_store.trials("nopython")
+    assert trial.status == "pending" and camp.stop_reason.startswith("the launcher failed")
