@@ -69,7 +69,8 @@ MEGATRON = (r"iteration\s+(?P<step>\d+)/\s*\d+\s*\|.*?elapsed time per iteration
 # the main process writes str(logs), e.g. "{'loss': 2.31, 'grad_norm': 1.2, 'learning_rate':
 # 5e-05, 'epoch': 0.12}", every logging_steps steps; no step time: the lab times the lines, so
 # set logging_steps=1 (or use cubicml_lab.integrations' callback, which reports every step).
-HF_TRAINER = r"^\{'loss': (?P<loss>[-+.\deE]+|nan|inf),.*'epoch': [\d.]+"
+# Not anchored at the line's start: a progress bar's carriage return may precede it.
+HF_TRAINER = r"\{'loss': (?P<loss>[-+.\deE]+|nan|inf),.*'epoch': [\d.]+"
 #: Ready log patterns by name.
 PATTERNS = {"torchtitan": TORCHTITAN, "megatron": MEGATRON, "hf_trainer": HF_TRAINER}
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
