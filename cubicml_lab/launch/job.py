@@ -333,8 +333,9 @@ def run_command(spec: dict[str, Any]) -> TrialResult:
         first = run.reports.first_report
         metrics.update(job_wall_s=elapsed, job_startup_s=first - run.started
                        if math.isfinite(first) else math.nan)
-    except LaunchError as err:
-        return failure_result(spec, "failed", str(err), wall_s=time.perf_counter() - t0)
+    except (CubicMLError, OSError) as err:  # the guard, or writing the config file, failed
+        return failure_result(spec, "failed", f"{type(err).__name__}: {err}",
+                              wall_s=time.perf_counter() - t0)
     finally:
         config_text, logs = run.rendered.config_text, run.logs()  # before the folder goes
         run.close()
