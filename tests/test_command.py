@@ -567,3 +567,10 @@ def test_torchrun_wraps_a_script_a_module_or_a_program():
     res = run(Command("tr", argv=["torchrun", "x.py"]),
               launcher=Torchrun(nproc_per_node=2, timeout_s=60))
     assert res.status == "failed" and "already starts torchrun" in res.error
+
+
+def test_measure_runs_one_command_trial():
+    res = cml.measure(toy("steps", "{arg}"), {"arg": "x"}, measure_options=QUICK)
+    assert res.status == "ok" and res.workload == "toy-steps", res.error
+    with pytest.raises(ConfigError, match="needs a value"):
+        cml.measure(toy("steps", "{arg}"), {})

@@ -48,13 +48,14 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from ..trials import TrialResult
+    from ..workloads import Command
 
 __all__ = ["InProcess", "Launcher", "LocalPool", "Repeated", "Slurm", "Subprocess", "Torchrun",
            "measure", "measure_repeats", "repeat_spread"]
 
 
 def measure(
-    workload: str,
+    workload: str | Command,
     config: dict[str, Any] | None = None,
     *,
     launcher: Launcher | None = None,
@@ -68,7 +69,8 @@ def measure(
     (``cml.workloads.get(workload).default_config()``).
 
     Args:
-        workload: Registered workload name, e.g. ``"gpt"``.
+        workload: Registered workload name, e.g. ``"gpt"``, or a user's
+            :class:`~cubicml_lab.workloads.Command` (``config`` fills its placeholders).
         config: Knob values, e.g. ``{"d_model": 128, "n_layers": 2}``; ``None`` for all defaults.
         launcher: Where the trial runs; default :class:`InProcess`.
         device: ``"cpu"``, ``"cuda"`` or ``"cuda:N"``.
@@ -94,7 +96,7 @@ def measure(
         (48211.3, 0.0106)
     """
     from ..timing import MeasureOptions
-    from ..workloads import check_reachable, get
+    from ..workloads import Command, check_reachable, get
 
     if launcher is None:
         launcher = InProcess()
@@ -104,15 +106,20 @@ def measure(
             hint="pass cml.launch.InProcess() or cml.launch.Subprocess(...)",
         )
     config = dict(config or {})
-    spec_workload = get(workload)
-    check_reachable(spec_workload.name, launcher)  # a notebook's object runs InProcess only
+    command = workload if isinstance(workload, Command) else None
+    spec_workload = command or get(str(workload))
+    if command is None:
+        check_reachable(spec_workload.name, launcher)  # a notebook's object: InProcess only
     spec_workload.resolve(config)  # raises ConfigError naming an unknown knob or a bad value
     spec_workload.check_world(config, launcher.world_size)  # parallel degrees vs processes
     try:
         MeasureOptions.from_dict(measure_options)
     except MeasurementError as err:
         raise ConfigError(f"measure_options: {err.message}", hint=err.hint) from None
-    spec: dict[str, Any] = {"workload": workload, "config": config, "device": device}
+    spec: dict[str, Any] = {"workload": workload if command is None else command.name,
+                            "config": config, "device": device}
+    if command is not None:
+        spec["command"] = command.to_spec()
     if measure_options:
         spec["measure"] = dict(measure_options)
     return launcher.run(spec)
