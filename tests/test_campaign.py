@@ -875,3 +875,38 @@ def test_a_launcher_that_cannot_start_trials_raises_after_requeueing(gpt_space, 
         camp.run(budget=2, progress=False)
     [trial] = tmp_store.trials("nopython")
     assert trial.status == "pending" and camp.stop_reason.startswith("the launcher failed")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_in_a_kernel_a_run_that_exhausts_its_space_ends_its_bar_green(tmp_path):
+    """In a real Jupyter kernel (tqdm's notebook bar): a run stopped by an exhausted space
+    leaves its bar at the trials it ran, styled 'success', where it turned red ('danger')."""
+    jupyter_client = pytest.importorskip("jupyter_client")
+    code = f"""
+import cubicml_lab as cml
+space = cml.Space([cml.PowerOfTwo("micro_batch", 1, 2)])
+camp = cml.Campaign("bar", space, workload="gpt", launcher=cml.launch.InProcess(),
+                    searcher=cml.RandomSearch(space, seed=0),
+                    store=cml.TrialStore({str(tmp_path / 'lab.sqlite')!r}),
+                    measure_options={FAST!r}, fixed={TINY!r})
+camp.run(budget=5, verbose=False)
+"""
+    km = jupyter_client.KernelManager(kernel_name="python3")
+    km.start_kernel(cwd=str(tmp_path))
+    kc = km.client()
+    kc.start_channels()
+    msgs = []
+    try:
+        kc.wait_for_ready(timeout=60)
+        reply = kc.execute_interactive(code, timeout=240, output_hook=msgs.append)
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
+    assert reply["content"]["status"] == "ok"
+    bar = {}  # the progress bar's widget state, as the browser would hold it
+    for m in (m for m in msgs if m["msg_type"] in ("comm_open", "comm_msg")):
+        state, comm = m["content"]["data"].get("state", {}), m["content"]["comm_id"]
+        if state.get("_model_name") == "FloatProgressModel" or bar.get("id") == comm:
+            bar.update(state, id=comm)
+    assert (bar["bar_style"], bar["max"], bar["value"]) == ("success", 2, 2), bar
