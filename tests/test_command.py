@@ -574,3 +574,23 @@ def test_measure_runs_one_command_trial():
     assert res.status == "ok" and res.workload == "toy-steps", res.error
     with pytest.raises(ConfigError, match="needs a value"):
         cml.measure(toy("steps", "{arg}"), {})
+
+
+def test_a_command_that_starts_torchrun_itself_counts_its_devices():
+    from cubicml_lab.launch.job import _own_torchrun
+
+    assert _own_torchrun(["torchrun", "--nproc_per_node=4", "--nnodes", "2", "t.py"]) == (8, 2)
+    assert _own_torchrun(["python", "-m", "torch.distributed.run", "--nproc-per-node", "2",
+                          "--nnodes=1:3", "t.py"]) == (2, 1)
+    assert _own_torchrun(["torchrun", "--nproc-per-node=gpu", "t.py"]) == (1, 1)
+    assert _own_torchrun(["python", "t.py", "--nproc-per-node=4"]) == (1, 1)
+
+
+@pytest.mark.slow
+def test_subprocess_runs_a_jobs_own_torchrun_and_the_slowest_rank_counts():
+    job = Command("own", argv=[sys.executable, "-m", "torch.distributed.run", "--standalone",
+                               "--nproc-per-node=2", LOOP, "--batch=4"], units="samples")
+    res = run(job, launcher=Subprocess(timeout_s=180))
+    assert res.status == "ok", res.error
+    assert res.metrics["ranks_reported"] == 2 and res.metrics["units_per_step"] == 8
+    assert res.metrics["n_devices"] == 2

@@ -89,6 +89,26 @@ def _under_torchrun(argv: list[str], options: list[str]) -> list[str]:
     return [argv[0], "-m", "torch.distributed.run", *options, *rest]
 
 
+def _own_torchrun(argv: list[str]) -> tuple[int, int]:
+    """``(devices, nodes)`` of a command that starts torchrun itself (``torchrun ...`` or
+    ``python -m torch.distributed.run ...``), from its ``--nproc-per-node`` and ``--nnodes``
+    (the first number of a range); ``(1, 1)`` otherwise or where they are not numbers."""
+    head = os.path.basename(argv[0])
+    if head != "torchrun" and argv[1:3] != ["-m", "torch.distributed.run"]:
+        return 1, 1
+    found: dict[str, int] = {}
+    for i, arg in enumerate(argv):
+        key, _, value = arg.partition("=")
+        key = key.replace("_", "-")
+        if key in ("--nproc-per-node", "--nnodes"):
+            text = value if value else (argv[i + 1] if i + 1 < len(argv) else "")
+            first = text.split(":")[0]
+            if first.isdigit():
+                found.setdefault(key, int(first))
+    nodes = found.get("--nnodes", 1)
+    return found.get("--nproc-per-node", 1) * nodes, nodes
+
+
 def _executable(argv0: str, env: dict[str, str], cwd: str | None) -> str | None:
     """Where ``argv0`` is, as the job will look for it; None when there is no such program."""
     if os.sep in argv0:
@@ -169,7 +189,8 @@ class _JobRun:
         self.options = MeasureOptions.from_dict(spec.get("measure"))
         self.folder = new_trial_dir()
         self.rendered = self.job.render(self.config, trial_dir=self.folder)
-        argv, self.n_devices, self.nodes = self.rendered.argv, 1, 1
+        argv = self.rendered.argv
+        self.n_devices, self.nodes = _own_torchrun(argv)  # a job that starts torchrun itself
         # on several nodes only node 0 stops the job (the others' jobs end with it): a node
         # that stopped first on its own figures would fail node 0's collectives
         self.lead = not torchrun or int(torchrun.get("node_rank", 0)) == 0
