@@ -278,6 +278,9 @@ def test_subprocess_runs_a_pytorch_loop_and_the_job_dies_with_its_trial():
     assert res.status == "ok", res.error
     assert res.metrics["samples_per_s"] > 0, res.metrics
     assert math.isfinite(res.metrics["throughput_rel_ci"]), res.metrics
+    # it reports no memory: its largest process's resident set (torch and the model: > 0.1 GiB)
+    assert 0.1 < res.metrics["peak_mem_gib"] < 4
+    assert res.hardware["job"]["peak_mem_from"] == "the largest resident set of its processes"
     assert res.hardware["job"]["packages"]["torch"]
     assert not is_running(-1, 0)
 

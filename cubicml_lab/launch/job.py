@@ -14,7 +14,8 @@ itself: out-of-memory words in its output, or SIGKILL with the cgroup's OOM-kill
 ``oom``; a non-zero exit -> ``failed`` with its log tail; no step within ``timeout_s`` or none
 for ``stall_s`` after the last -> ``timeout``. The record (``hardware["job"]``) keeps the rendered
 argv, the config file written, the job's package versions and how it ended; the machine record
-is :func:`~cubicml_lab.hardware.host_facts`. Imports no torch (the job's torch is its own).
+is :func:`~cubicml_lab.hardware.host_facts`. Peak memory is what the job reported, else on the CPU
+the largest resident set of its processes (when it sets this process's high for its children). Imports no torch (the job's torch is its own).
 """
 
 from __future__ import annotations
@@ -158,6 +159,17 @@ class _Packages:
             self.proc.wait()
             return {}
         return {str(k): str(v) for k, v in found.items()} if isinstance(found, dict) else {}
+
+
+def _children_rss_gib() -> float:
+    """The largest resident set of any finished (reaped) descendant of this process, in GiB
+    (``RUSAGE_CHILDREN``; Linux counts KiB); NaN where unknown."""
+    try:
+        import resource
+
+        return resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2**20
+    except (ImportError, OSError):
+        return math.nan
 
 
 def _oom_kills() -> int | None:
@@ -341,7 +353,7 @@ def run_command(spec: dict[str, Any]) -> TrialResult:
         run = _JobRun(spec)
     except CubicMLError as err:
         return failure_result(spec, "failed", str(err), wall_s=time.perf_counter() - t0)
-    kills = _oom_kills()
+    kills, rss_before = _oom_kills(), _children_rss_gib()
     try:
         run.start(spec)
         why = run.watch()
@@ -360,7 +372,13 @@ def run_command(spec: dict[str, Any]) -> TrialResult:
     finally:
         config_text, logs = run.rendered.config_text, run.logs()  # before the folder goes
         run.close()
+        rss = _children_rss_gib()  # the job's processes are reaped now; the probe is not yet
         packages = run.packages.result() if run.packages is not None else {}
+    peak_from = "reported by the job" if math.isfinite(metrics.get("peak_mem_gib", math.nan)) \
+        else None
+    if peak_from is None and metrics and str(spec.get("device") or "cpu") == "cpu" \
+            and rss > rss_before:  # a new high: this job's largest process set it
+        metrics["peak_mem_gib"], peak_from = rss, "the largest resident set of its processes"
     if status == "ok" and not metrics.get("windows"):
         status, error = "failed", f"stopped ({why}) with no timed window"
     from ..hardware import host_facts
@@ -373,7 +391,7 @@ def run_command(spec: dict[str, Any]) -> TrialResult:
         "figures_from": run.job.metrics, "ended": why,
         "exit_code": run.proc.exit_code if run.proc is not None else None,
         "left_running": run.left_running, "junk_lines": run.reports.junk,
-        "log_tail": logs[-4000:]}}
+        "peak_mem_from": peak_from, "log_tail": logs[-4000:]}}
     return TrialResult(status=status, metrics=metrics if status != "failed" else
                        {k: v for k, v in metrics.items() if k.startswith("job_")},
                        hardware=hardware, error=error, workload=run.job.name,
