@@ -474,7 +474,8 @@ def run_demo(budget: int = 14, store: str | os.PathLike[str] = "data/demo.sqlite
     with pd.option_context("display.width", 160, "display.max_columns", 20):
         print("\nall trials:")
         print(summary_table(df, space).to_string())
-    note = contention_note(df, wait_option=f"--wait-for-idle-s {SUGGESTED_IDLE_WAIT_S}")
+    note = contention_note(df, wait_option="run cubicml-lab demo --wait-for-idle-s "
+                                           f"{SUGGESTED_IDLE_WAIT_S}")
     if note:
         print(f"\n{note}")
     report = predictor_report(df, space, seed=seed, **prior)

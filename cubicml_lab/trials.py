@@ -98,8 +98,8 @@ def contention_note(trials: Any, *, cores: int | None = None,
             mappings or rows with a ``status`` (a campaign's table: a pandas DataFrame is read
             row by row); only ``"ok"`` ones count.
         cores: The machine's cores (default: this machine's).
-        wait_option: How the reader asks for a wait for idle cores where they are (default:
-            the measure option, ``measure_options={..., "wait_for_idle_s": 60}``).
+        wait_option: What the reader does to wait for idle cores where they are (default:
+            ``'pass measure_options={..., "wait_for_idle_s": 60}'``).
 
     Example:
         >>> contention_note([{"contended": 1.0, "others_cpu": 1.9}, {"contended": 0.0}],
@@ -126,8 +126,12 @@ def contention_note(trials: Any, *, cores: int | None = None,
             if others else f"{cores or _cores()} cores")
     if single:
         head = (f"This measurement shared the CPU with other processes ({used}; "
-                f"{_windows(trials.get('contended_windows'))} set aside): its figure is "
-                "flagged and weighs less in a search")
+                f"{_windows(trials.get('contended_windows'))} timed beside them): its figure "
+                "is flagged and weighs less in a search")
+    elif len(flagged) == len(rows):
+        head = (f"{len(flagged)} of {len(rows)} trials shared the CPU with other processes "
+                f"({used}): every figure is flagged, so the best and any speed-up are rough "
+                "guesses")
     else:
         head = (f"{len(flagged)} of {len(rows)} trials shared the CPU with other processes "
                 f"({used}): their figures are flagged, weigh less in the search and are not "
@@ -151,10 +155,10 @@ def _idle_advice(flagged: list[Mapping[str, Any]], wait_option: str | None) -> s
         longest = max(float(r["idle_wait_s"]) for r in vain)
         return (f"{len(vain)} waited {longest:.0f} s for idle cores in vain: stop what keeps "
                 "the cores busy (see `top`) or wait longer")
-    option = wait_option or ('measure_options={..., "wait_for_idle_s": '
+    option = wait_option or ('pass measure_options={..., "wait_for_idle_s": '
                              f'{SUGGESTED_IDLE_WAIT_S}}}')
-    return (f"close other programs, or pass {option} to wait up to {SUGGESTED_IDLE_WAIT_S} s "
-            "for idle cores before each trial")
+    return (f"close other programs, or {option} to wait up to {SUGGESTED_IDLE_WAIT_S} s for "
+            "idle cores before each trial")
 
 
 # -- the JSON codec ---------------------------------------------------------------------------

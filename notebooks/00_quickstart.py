@@ -82,7 +82,7 @@ campaign = cml.Campaign(CAMPAIGN, space, workload="gpt",
                         store=store, measure_options=MEASURE,
                         reference=DEFAULT_CONFIG)  # measured first, the baseline of the speed-up
 df = campaign.run(budget=BUDGET, full=True)  # every field; run() alone gives the short table
-print(contention_note(df, wait_option="IDLE_WAIT_S = 60 in the parameters cell")
+print(contention_note(df, wait_option="set IDLE_WAIT_S = 60 in the parameters cell")
       or "no trial was flagged: each had enough windows on idle cores")
 summary_table(df, space)
 
@@ -107,8 +107,9 @@ campaign
 # %%
 report = predictor_report(df, space, seed=SEED, **prior)  # the GP the search ranked with
 drift = report["drift_exponent"]
-print(f"Kendall tau = {report['kendall_tau']:.2f} over {report['n']} trials; drift exponent "
-      f"learned: {'none' if drift is None else format(drift, '.2f')}")
+flagged = f" ({report['flagged']} flagged contended)" if report["flagged"] else ""
+print(f"Kendall tau = {report['kendall_tau']:.2f} over {report['n']} trials{flagged}; drift "
+      f"exponent learned: {'none' if drift is None else format(drift, '.2f')}")
 
 # %% [markdown]
 # The highest single measurement won partly by its own noise. `search.recommend()` picks, of the

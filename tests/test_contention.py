@@ -450,13 +450,15 @@ def test_one_line_says_how_many_trials_were_flagged_and_what_to_do() -> None:
                            "2.1 of 2 cores)")  # oom rows do not count; the median of 2: upper
     assert "wait_for_idle_s" in line and "\n" not in line
     assert contention_note(rows[2:3]) is None and contention_note([]) is None
-    assert "--wait-for-idle-s 60" in contention_note(rows, wait_option="--wait-for-idle-s 60")
+    assert "or run it with --wait-for-idle-s 60 to" in contention_note(
+        rows, wait_option="run it with --wait-for-idle-s 60")
+    assert "every figure is flagged" in contention_note(rows[:2])
 
     one = TrialResult(status="ok", hardware={}, workload="gpt", metrics={
         "tokens_per_s": 392.0, "throughput_rel_ci": math.inf, "steps_timed": 1.0,
         "windows": 1.0, **busy})
     shown = str(one)
-    assert "This measurement shared the CPU" in shown and "7 windows set aside" in shown
+    assert "This measurement shared the CPU" in shown and "7 windows timed beside them" in shown
     assert "timed: 1 step in 1 window" in shown and "unknown (1 window" in shown
     assert "This measurement shared the CPU" in one._repr_html_()
     assert "contended" not in str(TrialResult(status="ok", hardware={}, metrics={"windows": 8.0}))
@@ -490,3 +492,22 @@ def test_the_dashboard_says_the_line_when_trials_were_flagged(tmp_store) -> None
     board = cml.widgets.CampaignDashboard(camp)
     assert "2 of 4 trials shared the CPU with other processes" in board.status.value
     assert "wait_for_idle_s" in board.status.value
+
+
+@linux
+def test_the_cpu_peak_is_not_measured_beside_busy_processes(tmp_path, monkeypatch) -> None:
+    # a peak measured beside other work was a tenth of the idle one and made every MFU above 1,
+    # and the cache kept it for good
+    import torch
+
+    from cubicml_lab.hardware import device_peak_flops, machine
+
+    monkeypatch.setenv("CUBICML_LAB_CACHE_DIR", str(tmp_path))
+    with busy_processes(cores()):
+        assert machine._bench_matmul_flops("fp32", seconds=0.3) is None
+        assert device_peak_flops("cpu", "fp32") is None
+    assert not (tmp_path / "cpu_peak.json").exists() or "fp32" not in (
+        tmp_path / "cpu_peak.json").read_text()  # nothing kept: the next call measures again
+    monkeypatch.setattr(machine, "_bench_matmul_flops", lambda precision: 5e10)
+    assert device_peak_flops("cpu", "fp32") == 5e10
+    assert f"threads={torch.get_num_threads()}|fp32" in (tmp_path / "cpu_peak.json").read_text()

@@ -333,14 +333,22 @@ def _bench_size(per_flop: float, n: int, seconds: float) -> int:
     return max(128, int((seconds / 10 / per_flop / 2.0) ** (1 / 3)) // 64 * 64)
 
 
-def _bench_matmul_flops(precision: str, n: int = 1024, seconds: float = 0.5) -> float:
-    """Best FLOP/s of ``n x n`` matmuls over 5 slices of ``seconds``, current torch threads.
+def _bench_matmul_flops(precision: str, n: int = 1024, seconds: float = 0.5) -> float | None:
+    """Best FLOP/s of ``n x n`` matmuls over 5 slices of ``seconds / 5``, current torch threads.
 
     Where one such matmul would take more than a slice (a dtype this CPU has no fast kernel
     for: bf16 ran at 0.74 GFLOP/s against 68 in fp32 on a 2-core AVX2-only EPYC, 2.9 s per
     1024-square matmul, so the benchmark took about 20 s), ``n`` shrinks (a multiple of 64, at
-    least 128) until one fits in half a slice, as a 256-square probe predicts."""
+    least 128) until one fits in half a slice, as a 256-square probe predicts.
+
+    A slice whose threads waited for a core (:class:`~cubicml_lab.hardware.CpuContention`) is
+    discarded: a peak measured beside other work is too low (a fraction of the idle one), every
+    MFU from it too high (above 1), and the cache would keep it. None where fewer than 3 slices
+    were clean within ``5 x seconds`` (a busy machine: MFU is NaN, and the next call measures
+    again)."""
     import torch
+
+    from .contention import CpuContention
 
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision, torch.float32)
     gen = torch.Generator().manual_seed(0)
@@ -355,14 +363,16 @@ def _bench_matmul_flops(precision: str, n: int = 1024, seconds: float = 0.5) -> 
     c = torch.empty(n, n, dtype=dtype)
     for _ in range(2):
         torch.mm(a, b, out=c)
-    best = 0.0
-    for _ in range(5):
+    guard, rates, began = CpuContention(threads=torch.get_num_threads()), [], time.perf_counter()
+    while len(rates) < 5 and time.perf_counter() - began < 5 * seconds:
         count, t0 = 0, time.perf_counter()
+        guard.start()
         while (elapsed := time.perf_counter() - t0) < seconds / 5:
             torch.mm(a, b, out=c)
             count += 1
-        best = max(best, 2.0 * n**3 * count / elapsed)
-    return best
+        if not guard.stop()[0]:
+            rates.append(2.0 * n**3 * count / elapsed)
+    return max(rates) if len(rates) >= 3 else None
 
 
 def device_peak_flops(device: str = "cpu", precision: str = "fp32") -> float | None:
@@ -375,6 +385,8 @@ def device_peak_flops(device: str = "cpu", precision: str = "fp32") -> float | N
     in ``$CUBICML_LAB_CACHE_DIR/cpu_peak.json`` (default ``~/.cache/cubicml_lab``) keyed by CPU
     model, threads and precision. CPU MFU is therefore relative to what torch's own matmul
     reaches on this machine, and can be compared across configs on the same machine only.
+    Timed slices that shared the cores with other work are discarded; None (MFU NaN, nothing
+    cached) where too few were clean.
     """
     if precision not in ("fp32", "tf32", "bf16", "fp16"):
         raise MeasurementError(f"precision = {precision!r} is not one of fp32, tf32, bf16, fp16",

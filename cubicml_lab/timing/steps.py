@@ -597,7 +597,7 @@ def _wait_for_idle(timeout_s: float) -> dict[str, float]:
 
             bar = tqdm(total=round(timeout_s), unit="s", desc="waiting for idle cores",
                        bar_format="{desc}: {n:.0f} of {total:.0f} s{postfix}", leave=False)
-        bar.set_postfix_str(f"other work uses {others:.1f} cores", refresh=False)
+        bar.set_postfix_str(f"other work uses {others:.1f} cores")
         bar.update(min(round(waited), bar.total) - bar.n)
 
     try:
