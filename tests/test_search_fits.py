@@ -156,3 +156,26 @@ def test_predictor_explorer_from_search_shows_the_gp_of_every_trial(space):
     ex = PredictorExplorer.from_search(s)
     assert ex.predictor.n_train == 5
     assert math.isfinite(ex.set_config(s.history[-1]["config"])["predicted"])
+
+
+def test_recommend_between_asks_leaves_the_history_check_to_the_asks(space):
+    """Only an ask checks related-job history against the trials (and may drop it for good):
+    recommend() and fit_predictor() between asks neither check nor drop it, so a search that
+    answered them proposes what a quiet one proposes."""
+    import pandas as pd
+
+    rows = [{**c, "status": "ok", "throughput": 1e6 / _speed(c)}  # upside down: unrelated
+            for c in space.enumerate()[::3]]
+    quiet, busy = (BayesianSearch(space, seed=0, n_init=4, history=[pd.DataFrame(rows)])
+                   for _ in range(2))
+    for _ in range(3):
+        a, b = quiet.ask(2), busy.ask(2)
+        assert a == b
+        _tell(quiet, a)
+        _tell(busy, b)
+        tau = busy.history_model.tau
+        busy.recommend()
+        busy.fit_predictor()
+        assert busy.history_model.tau == tau  # not checked again
+    assert quiet.ask(1) == busy.ask(1)
+    assert not busy.history_model.active  # the asks dropped it

@@ -926,6 +926,7 @@ class BayesianSearch(Searcher):
         torch.manual_seed(seed)
         data = self._current_data()
         configs = data[0]
+        self._refresh_history(configs, data[1])
         info: dict[str, Any] = {"phase": "initial", "reason": "", "fit_s": 0.0, "ask_s": 0.0,
                                 "max_acquisition": None, "acquisition": [],
                                 "relative_improvement": None,
@@ -960,12 +961,11 @@ class BayesianSearch(Searcher):
     def _current_data(self) -> tuple[list[dict], np.ndarray, np.ndarray | None,
                                      np.ndarray | None]:
         """``(configs, values, noise, covariate)`` the objective's GP is fitted on now
-        (:meth:`_gp_data`; the ok history with two objectives), the history first checked
-        against them (module doc, "Transfer"), as an ask would."""
-        data = (self._gp_data() if self.second_objective is None
+        (:meth:`_gp_data`; the ok history with two objectives). Only an ask checks the
+        history against them (:meth:`_refresh_history`, which may drop it for good): a
+        recommend() or fit_predictor() between asks changes nothing an ask will do."""
+        return (self._gp_data() if self.second_objective is None
                 else (*self._ok(), None, None))
-        self._refresh_history(data[0], data[1])
-        return data
 
     def _gp_need(self) -> tuple[int, bool]:
         """``(ok observations the GP needs, whether a prior is in use)``: with a prior the GP
@@ -1044,8 +1044,8 @@ class BayesianSearch(Searcher):
 
         :attr:`predictor`, :attr:`second_predictor` and :attr:`feasibility_model` are those
         of the last fit: a Bayesian-optimisation ask makes one, and the trials told after it
-        are not in it. This brings them up to date (the same fit an ask at this point makes,
-        and shared with it), e.g. before a
+        are not in it. This brings them up to date (the fit an ask at this point makes, and
+        shared with it, with the history as the last ask left it), e.g. before a
         :class:`~cubicml_lab.widgets.PredictorExplorer` reads them.
 
         Returns:
