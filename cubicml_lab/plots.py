@@ -141,9 +141,11 @@ def best_so_far_data(df: pd.DataFrame, objective: str = "throughput",
                      direction: str = "maximize") -> pd.DataFrame:
     """Per trial in id order: its value (NaN unless ok) and the best ok value so far.
 
-    A trial the contention guard flagged (a ``contended`` column > 0: other work shared the
-    cores while it was timed) keeps its value but does not move the best-so-far line while the
-    campaign has an unflagged ok trial, as :meth:`~cubicml_lab.Campaign.best` passes over it.
+    A flagged trial (:func:`~cubicml_lab.trials.figure_flag`: a ``contended`` column > 0,
+    other work shared the cores while it was timed; or a stored ``{objective}_rel_ci`` that is
+    NaN or inf, a figure without an interval) keeps its value but does not move the
+    best-so-far line while the campaign has an unflagged ok trial, as
+    :meth:`~cubicml_lab.Campaign.best` passes over it.
 
     Args:
         df: A campaign's trials (``store.to_dataframe(name)``).
@@ -163,7 +165,9 @@ def best_so_far_data(df: pd.DataFrame, objective: str = "throughput",
     raw = _column(df, objective)
     value = np.where(ok, raw, np.nan)
     contended = ok & (np.nan_to_num(_column(df, "contended")) > 0)
-    counted = np.where(contended, np.nan, value) if (ok & ~contended).any() else value
+    ci = f"{objective}_rel_ci" if f"{objective}_rel_ci" in df else "step_time_rel_ci"
+    flagged = contended | (ok & (ci in df) & ~np.isfinite(_column(df, ci)))
+    counted = np.where(flagged, np.nan, value) if (ok & ~flagged).any() else value
     signed = counted if direction == "maximize" else -counted
     best = np.fmax.accumulate(signed)  # NaN (failed trials) carry the best so far forward
     best = best if direction == "maximize" else -best

@@ -28,6 +28,15 @@ def test_best_so_far_data_orders_by_id_and_skips_failures():
     assert low["best"].tolist() == [20.0, 20.0, 20.0, 20.0]
 
 
+def test_a_figure_without_an_interval_does_not_move_the_best_so_far_either():
+    """As Campaign.best(): a figure whose CI is unknown (NaN or inf: one window, shown ±?) is
+    drawn but is not the best so far while a figure with an interval exists."""
+    df = frame().assign(throughput_rel_ci=[math.inf, 0.05, None, 0.01])
+    assert plots.best_so_far_data(df)["best"].tolist() == [20.0, 20.0, 20.0, 40.0]
+    alone = plots.best_so_far_data(df.assign(throughput_rel_ci=math.nan))
+    assert alone["best"].tolist() == [20.0, 20.0, 50.0, 50.0]
+
+
 def test_a_contended_figure_does_not_move_the_best_so_far_while_a_clean_one_exists():
     df = frame().assign(contended=[1.0, 0.0, None, 0.0],
                         throughput_rel_ci=[0.02, 0.05, None, 0.01])
