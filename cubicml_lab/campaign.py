@@ -447,7 +447,9 @@ class Campaign(CampaignView):
         the ones waiting.
 
         Raises:
-            SearchError: When the searcher has nothing left to propose.
+            SearchError: When the searcher has nothing left to propose (a
+                :class:`~cubicml_lab.errors.SearchExhausted` whose ``skipped`` counts the
+                untried configurations that were skipped: :meth:`unskip` gives them back).
         """
         if not isinstance(n, int) or isinstance(n, bool) or n < 1:
             raise ConfigError(f"propose(n={n!r}): n must be an int >= 1", hint="e.g. propose(1)")
