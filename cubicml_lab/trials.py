@@ -608,10 +608,14 @@ def trial_facts(status: str, metrics: Mapping[str, Any], hardware: Mapping[str, 
     for key in ("tokens_per_s", "samples_per_s", "throughput_rel_ci", "step_time_s",
                 "step_time_rel_ci", "peak_mem_gib", "achieved_tflops", "mfu"):
         if key in m:
-            unknown = (key.endswith("_rel_ci") and isinstance(m[key], (int, float))
-                       and not math.isfinite(m[key]))
-            facts.append((key, f"unknown ({_windows(m.get('windows'))}: too few for a CI)"
-                          if unknown else m[key]))
+            unknown = isinstance(m[key], (int, float)) and not math.isfinite(m[key])
+            if unknown and key.endswith("_rel_ci"):
+                facts.append((key, f"unknown ({_windows(m.get('windows'))}: too few for a CI)"))
+            elif unknown and key == "mfu":
+                facts.append((key, "unknown (no peak FLOP/s for this device: on a CPU it is "
+                                   "measured on idle cores only)"))
+            else:
+                facts.append((key, m[key]))
     if _finite(m.get("windows")):
         facts.append(("timed", f"{_windows(m.get('steps_timed'), 'step')} in "
                                f"{_windows(m['windows'])}"))

@@ -461,6 +461,8 @@ def test_one_line_says_how_many_trials_were_flagged_and_what_to_do() -> None:
     assert "This measurement shared the CPU" in shown and "7 windows timed beside them" in shown
     assert "timed: 1 step in 1 window" in shown and "unknown (1 window" in shown
     assert "This measurement shared the CPU" in one._repr_html_()
+    assert "mfu: unknown (no peak FLOP/s" in str(TrialResult(
+        status="ok", hardware={}, metrics={"mfu": math.nan, "windows": 8.0}))
     assert "contended" not in str(TrialResult(status="ok", hardware={}, metrics={"windows": 8.0}))
 
 
