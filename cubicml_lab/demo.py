@@ -458,8 +458,13 @@ def run_demo(budget: int = 14, store: str | os.PathLike[str] = "data/demo.sqlite
     flop_cost, score_cost = cpu_fp32_flop_cost(), cpu_fp32_score_cost()
     n, scaling = _max_threads(), cpu_thread_scaling()
     threads = f", and {n} threads speed its matmuls up {n ** scaling:.2f}x" if n > 1 else ""
-    print(f"cost model: {_costlier(flop_cost, 'FLOP')} here (this CPU's matmul rates), "
-          f"{_costlier(score_cost, 'attention score')} (its attention kernel's){threads}")
+    if flop_cost == 1.0 and score_cost == 1.0:  # both fallbacks: nothing could be measured
+        print("cost model: this CPU's matmul and attention rates could not be measured on idle "
+              "cores (other work kept them busy), so fp32 and bf16 are priced alike"
+              f"{threads and ' and threads are taken to split the work evenly'}")
+    else:
+        print(f"cost model: {_costlier(flop_cost, 'FLOP')} here (this CPU's matmul rates), "
+              f"{_costlier(score_cost, 'attention score')} (its attention kernel's){threads}")
     prior = demo_prior(flop_cost, fp32_score_cost=score_cost, thread_scaling=scaling)
     search = BayesianSearch(space, objective="throughput", seed=seed, **prior)
     trial_store = TrialStore(store)
