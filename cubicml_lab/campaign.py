@@ -733,7 +733,8 @@ class Campaign(CampaignView):
         self._emit("stopped", self.stop_reason)
         n = len(started)
         line = (f"{self.name}: {reason}; {n} trial{'s' if n != 1 else ''} in flight "
-                f"{'were' if n != 1 else 'was'} stopped and re-queued (run again to resume)")
+                f"{'were' if n != 1 else 'was'} stopped and re-queued (run again to resume)"
+                if n else f"{self.name}: {reason}; no trial was in flight (run again to go on)")
         if announce:
             print(line)
         return line
