@@ -167,3 +167,17 @@ def test_python_workload_checks_its_arguments() -> None:
     with pytest.raises(ConfigError, match="knob 'batch' = 0 is not allowed"):
         wl.resolve({"batch": 0})
     assert repr(wl) == "<PythonWorkload 'w' v1 (samples/step; batch=4, lr=0.1)>"
+
+
+@pytest.mark.gpu
+def test_a_python_workload_on_cuda_is_timed_with_device_events(own_module: Path) -> None:
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device (run on a machine with an NVIDIA GPU)")
+    cml.workloads.register("tiny-mlp", "my_models:mlp")
+    res = cml.measure("tiny-mlp", {"batch": 64, "width": 256}, device="cuda",
+                      measure_options={**FAST, "reference_share": 0.1})
+    assert res.status == "ok", res.error
+    assert res.hardware["device"].startswith("cuda") and res.metrics["peak_mem_gib"] > 0
+    assert res.metrics["samples_per_s"] == pytest.approx(64 / res.metrics["step_time_s"],
+                                                         rel=0.2)

@@ -143,3 +143,16 @@ def test_two_processes_append_without_mixing_lines(tmp_path: Path) -> None:
     for rank in (0, 1):
         mine = [x["step"] for x in lines if x["rank"] == rank and x["event"] == "step"]
         assert mine == list(range(n))  # each process's lines in its own order
+
+
+@pytest.mark.gpu
+def test_memory_reads_cudas_peak_where_cuda_is_in_use(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device (run on a machine with an NVIDIA GPU)")
+    x = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")  # 0.25 GiB
+    r = report.Reporter(tmp_path / "m.jsonl")
+    r.memory()
+    peak = _lines(tmp_path / "m.jsonl")[0]["peak_gib"]
+    assert peak == pytest.approx(torch.cuda.max_memory_allocated() / 2**30) and peak >= 0.25
+    del x
