@@ -179,3 +179,20 @@ def test_recommend_between_asks_leaves_the_history_check_to_the_asks(space):
         assert busy.history_model.tau == tau  # not checked again
     assert quiet.ask(1) == busy.ask(1)
     assert not busy.history_model.active  # the asks dropped it
+
+
+def test_asks_between_two_tells_share_their_fits_and_a_tell_renews_them(space):
+    """A review rule that skips proposal after proposal asks again with nothing new told: the
+    GP and the feasibility model are reused; the next tell brings new ones, on every trial."""
+    s = BayesianSearch(space, seed=0, n_init=4, memory_limit_gib=2.0)
+    for c in s.ask(4):
+        s.tell(c, {"throughput": _speed(c), "peak_mem_gib": 0.3 + 0.01 * c["micro_batch"]})
+    [first] = s.ask(1)
+    gp, feasibility = s.predictor, s.feasibility_model
+    s.skip(first)
+    [second] = s.ask(1)
+    assert second != first and s.predictor is gp and s.feasibility_model is feasibility
+    s.tell(second, {"throughput": _speed(second), "peak_mem_gib": 0.5})
+    s.ask(1)
+    assert s.predictor is not gp and s.feasibility_model is not feasibility
+    assert s.predictor.n_train == 5

@@ -479,6 +479,7 @@ class BayesianSearch(Searcher):
         #: (data key, GP, drift exponent) of the last objective fit (:meth:`_objective_fit`)
         self._objective_fits: tuple[Any, Any, float | None] | None = None
         self._models_at: int | None = None  # n_told when predictor & co. were last fitted
+        self._feasibility_fit: tuple[tuple[int, int], Any] | None = None  # (n_told, seed), fit
         # ask() and recommend() fit on the same caches (_anchors, drift_exponent): a
         # dashboard's poll thread may call recommend() while a campaign's run loop asks
         self._fit_lock = threading.RLock()
@@ -641,17 +642,24 @@ class BayesianSearch(Searcher):
                 rel, cov)
 
     def _fit_feasibility(self, seed: int) -> Any:
-        """The FeasibilityModel of everything told, or None while there is nothing to learn."""
+        """The FeasibilityModel of everything told, or None while there is nothing to learn;
+        fitted once per ``(n_told, seed)`` (every tell bumps n_told), so the asks between two
+        tells (a review rule skipping proposal after proposal) reuse it."""
         from ..surrogate import FeasibilityModel
 
         failed = any(h["status"] != "ok" for h in self._history)
         if not self.feasibility or not (failed or self.memory_limit_gib is not None):
             return None
+        kept = self._feasibility_fit
+        if kept is not None and kept[0] == (self.n_told, seed):
+            return kept[1]
         mem = [h["values"].get(self.memory_metric, np.nan) for h in self._history]
-        return FeasibilityModel(self.space, seed=seed, max_iter=FEASIBILITY_MAX_ITER,
-                                memory_model=self.memory_model).fit(
+        model = FeasibilityModel(self.space, seed=seed, max_iter=FEASIBILITY_MAX_ITER,
+                                 memory_model=self.memory_model).fit(
             [h["config"] for h in self._history], [h["status"] for h in self._history], mem,
             memory_limit=self.memory_limit_gib if self.memory_model is not None else None)
+        self._feasibility_fit = ((self.n_told, seed), model)
+        return model
 
     def _log_p_feasible(self, X_space: Any, pool: list[dict],
                         keys: list[str] | None) -> np.ndarray:
