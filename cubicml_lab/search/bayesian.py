@@ -28,7 +28,11 @@
    batch (``n > 1``) is built greedily: take the best, add it to ``X_pending``, re-evaluate,
    repeat, so the batch is diverse. Configurations asked but not yet told are passed as
    ``X_pending`` too. The hyperparameters are fitted from scratch only every 25 % of growth of
-   the history and warm-started in between (``BayesianSearch._fit``).
+   the history and warm-started in between (``BayesianSearch._fit``). Every fit is of exactly
+   the observations told so far, kept under a key that holds them all, and shared by the ask,
+   :meth:`BayesianSearch.recommend` and :meth:`BayesianSearch.fit_predictor` at that point
+   (``predictor.n_train`` is what a proposal's "why" counts); so asking for a recommendation
+   early changes no later proposal.
 
 If the GP cannot be fitted (fewer than 2 distinct ok configurations, all ok values identical, or a
 numerical failure) that ask falls back to the space-filling step; :attr:`last_ask_info` says why.
