@@ -107,3 +107,23 @@ def test_batch_counts() -> None:
     assert batch_counts([torch.zeros(5, 7), torch.zeros(5)]) == (5, None)
     assert batch_counts([torch.zeros(5, 7)], seq_len=7) == (5, 35)
     assert batch_counts("no tensor") == (None, None)
+
+
+@pytest.mark.slow
+def test_hf_trainer_under_torchrun_counts_every_rank() -> None:
+    """Two ranks (DDP over gloo): each reports its per-device batch x accumulation, the lab adds
+    them up: a step is per-device batch x accumulation x world size sequences."""
+    from cubicml_lab.launch import Torchrun
+    from cubicml_lab.workloads import Command
+
+    job = Command("hf-gpt2", argv=[sys.executable, str(ROOT / "examples" / "hf_trainer_gpt2.py"),
+                                   "--batch={batch}", "--grad-accum={accum}", "--steps=40",
+                                   "--seq-len=32"], units="tokens", timeout_s=240)
+    spec = {"workload": job.name, "config": {"batch": 2, "accum": 3}, "command": job.to_spec(),
+            "measure": {"max_time_s": 3.0, "min_steps": 5, "target_rel_ci": 0.05,
+                        "warmup_max_steps": 5, "warmup_max_s": 1.0}}
+    res = Torchrun(nproc_per_node=2, timeout_s=300).run(spec)
+    assert res.status == "ok", res.error
+    m = res.metrics
+    assert m["ranks_reported"] == 2 and m["units_per_step"] == 2 * 3 * 2 * 32
+    assert m["tokens_per_s"] == pytest.approx(m["units_per_step"] / m["step_time_s"])
