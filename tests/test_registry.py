@@ -63,6 +63,7 @@ def own_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     sys.modules.pop("my_models", None)
 
 
+@pytest.mark.slow
 def test_import_path_runs_in_process_and_in_a_fresh_interpreter(own_module: Path) -> None:
     cml.workloads.register("tiny-mlp", "my_models:mlp")
     assert "tiny-mlp" in cml.workloads.names()
@@ -105,6 +106,7 @@ def test_a_child_of_a_notebook_says_why_it_cannot_see_an_object(own_module: Path
     assert "registered as an object in the process that started this trial" in out.stderr
 
 
+@pytest.mark.slow
 def test_entry_points_of_installed_packages(own_module: Path) -> None:
     dist = own_module / "my_models_pkg-1.0.dist-info"
     dist.mkdir()
