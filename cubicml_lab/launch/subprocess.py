@@ -299,9 +299,6 @@ class Subprocess(Launcher):
         return failure_result(spec, status, error, wall_s=wall_s)
 
 
-def _results_in(directory: str) -> dict[int, str]:
-    """Result files in a trial directory by rank: ``result.json`` (rank 0) and
-    ``result.json.rank<N>`` (a failed rank N of a multi-process trial)."""
 def _idle_allowance_s(spec: dict[str, Any]) -> float:
     """Seconds the trial may wait for idle cores before it starts (its measure option
     ``wait_for_idle_s``, checked by ``MeasureOptions``); they do not count against
@@ -311,6 +308,9 @@ def _idle_allowance_s(spec: dict[str, Any]) -> float:
         and 0 < wait < math.inf else 0.0
 
 
+def _results_in(directory: str) -> dict[int, str]:
+    """Result files in a trial directory by rank: ``result.json`` (rank 0) and
+    ``result.json.rank<N>`` (a failed rank N of a multi-process trial)."""
     found: dict[int, str] = {}
     try:
         names = os.listdir(directory)
