@@ -123,10 +123,11 @@ def contention_note(trials: Any, *, cores: int | None = None,
     others = sorted(float(r["others_cpu"]) for r in flagged
                     if _finite(r.get("others_cpu")))
     used = (f"other work used {others[len(others) // 2]:.1f} of {cores or _cores()} cores"
-            if others else f"{cores or _cores()} cores")
+            if others else f"on {cores or _cores()} cores")
     if single:
-        head = (f"This measurement shared the CPU with other processes ({used}; "
-                f"{_windows(trials.get('contended_windows'))} timed beside them): its figure "
+        beside = trials.get("contended_windows")
+        used += f"; {_windows(beside)} timed beside them" if _finite(beside) else ""
+        head = (f"This measurement shared the CPU with other processes ({used}): its figure "
                 "is flagged and weighs less in a search")
     elif len(flagged) == len(rows):
         head = (f"{len(flagged)} of {len(rows)} trials shared the CPU with other processes "
@@ -136,7 +137,7 @@ def contention_note(trials: Any, *, cores: int | None = None,
         head = (f"{len(flagged)} of {len(rows)} trials shared the CPU with other processes "
                 f"({used}): their figures are flagged, weigh less in the search and are not "
                 "counted as best")
-    return f"{head}; {_idle_advice(flagged, wait_option)}."
+    return f"{head}; {_idle_advice(flagged, wait_option, 'it' if single else 'of them')}."
 
 
 def _cores() -> int:
@@ -146,15 +147,17 @@ def _cores() -> int:
         else os.cpu_count() or 1
 
 
-def _idle_advice(flagged: list[Mapping[str, Any]], wait_option: str | None) -> str:
+def _idle_advice(flagged: list[Mapping[str, Any]], wait_option: str | None, who: str) -> str:
     """What to do about flagged measurements: close other programs or wait for idle cores;
-    where they already waited in vain, find what keeps the cores busy."""
+    where they already waited in vain, find what keeps the cores busy (``who``: "it" for a
+    single measurement, else "of them", after their count)."""
     waited = [r for r in flagged if _finite(r.get("idle_wait_s"))]
     vain = [r for r in waited if r.get("idle_timed_out") == 1.0]
     if vain:
         longest = max(float(r["idle_wait_s"]) for r in vain)
-        return (f"{len(vain)} waited {longest:.0f} s for idle cores in vain: stop what keeps "
-                "the cores busy (see `top`) or wait longer")
+        waited = "it" if who == "it" else f"{len(vain)} {who}"
+        return (f"{waited} waited {longest:.0f} s for idle cores in vain: stop what keeps the "
+                "cores busy (see `top`) or wait longer")
     option = wait_option or ('pass measure_options={..., "wait_for_idle_s": '
                              f'{SUGGESTED_IDLE_WAIT_S}}}')
     return (f"close other programs, or {option} to wait up to {SUGGESTED_IDLE_WAIT_S} s for "

@@ -115,8 +115,9 @@ print(f"Kendall tau = {report['kendall_tau']:.2f} over {report['n']} trials{flag
 # The highest single measurement won partly by its own noise. `search.recommend()` picks, of the
 # configurations measured, the one the GP rates highest: it weighs each figure by its noise and by
 # its neighbours' figures. In the figure, open dots are trials flagged contended (other work
-# shared the CPU): they are not counted as best, so on a busy machine the best-so-far line starts
-# at the first trial that was not flagged (the line printed under the campaign says how many were).
+# shared the CPU): while an unflagged trial exists they are not counted as best, so on a machine
+# busy at first the best-so-far line starts at the first unflagged trial; where every trial was
+# flagged it follows them all (the line printed under the campaign says how many were).
 
 # %%
 best_config, estimate = search.recommend()

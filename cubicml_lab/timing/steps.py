@@ -603,7 +603,8 @@ def _wait_for_idle(timeout_s: float) -> dict[str, float]:
     try:
         return wait_for_idle(timeout_s, on_sample=show)
     finally:
-        if bar is not None:
+        if bar is not None:  # the wait is over, found or not: no red "stopped early" bar
+            bar.n = bar.total
             bar.close()
 
 
