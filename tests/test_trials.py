@@ -119,8 +119,9 @@ def test_trial_result_shows_itself():
     assert "unknown (1 window:" in one._repr_html_() and "nan" not in one._repr_html_()
     flagged = TrialResult(status="ok", metrics={**one.metrics, "contended": 1.0,
                                                 "contended_windows": 1.0}, hardware={})
-    assert "contended: yes: 1 window shared the CPU" in str(flagged)
-    assert "drift" not in str(flagged) and "processes" not in str(flagged)
+    assert "contended: This measurement shared the CPU with other processes (on " in str(flagged)
+    assert "1 window timed beside them): its figure is flagged" in str(flagged)
+    assert "  drift:" not in str(flagged) and "  processes:" not in str(flagged)
     # a drift-corrected figure says how it came from the raw one; a repeated trial shows each
     # of its processes and which one it kept
     both = TrialResult(status="ok", hardware={"processes": [
@@ -148,7 +149,7 @@ def test_a_stored_trial_shows_itself_as_a_result_does():
               ended_at=22.5, error=None)
     text = str(t)
     assert text.startswith("Trial 7 of 'c' · gpt") and "micro_batch=4" in text
-    assert "contended: yes: 3 windows shared the CPU" in text and "duration_s: 12.5" in text
+    assert "3 windows timed beside them): its figure is flagged" in text and "duration_s: 12.5" in text
     assert "drift: corrected x0.91 from the raw 9,900/s" in text and "ran faster than" in text
     assert "Trial 7 · c · gpt" in t._repr_html_() and "9,000" in t._repr_html_()
     queued = Trial(**{**t.__dict__, "status": "queued", "metrics": {}, "started_at": None})
