@@ -246,3 +246,13 @@ def test_summary_table_shows_the_ci_of_the_figure_it_shows():
     assert out.loc[1, "tokens_per_s"] == 1234.0
     old = summary_table(df.drop(columns="throughput_rel_ci"), space)
     assert old.loc[1, "step_time_rel_ci"] == math.inf
+
+
+def test_a_bad_wait_for_idle_cores_is_refused_before_the_store_is_made(tmp_path):
+    from cubicml_lab.demo import run_demo
+    from cubicml_lab.errors import MeasurementError
+
+    store = tmp_path / "demo.sqlite"
+    with pytest.raises(MeasurementError, match="wait_for_idle_s"):
+        run_demo(store=store, out=tmp_path, wait_for_idle_s=-3)
+    assert not store.exists()
