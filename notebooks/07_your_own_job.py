@@ -20,8 +20,8 @@
 # through a callback (`cubicml_lab.integrations.hf.ReportCallback`, two lines added to it), and
 # the lab stops it once its figure is good enough.
 #
-# Runtime: about 5 minutes on 2 CPU cores (330 s measured while other work loaded them; each
-# trial starts Python, torch and transformers); no GPU needed. The same notebook runs a torchrun or Slurm job by swapping the launcher.
+# Runtime: about 2 minutes on 2 CPU cores (124 s measured; 330 s while other work loaded them:
+# each trial starts Python, torch and transformers); no GPU needed. The same notebook runs a torchrun or Slurm job by swapping the launcher.
 
 # %%
 import os
