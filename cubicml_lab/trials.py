@@ -42,7 +42,7 @@ from typing import Any
 from .errors import ConfigError, MeasurementError
 
 __all__ = ["FINISHED", "STATUSES", "Trial", "TrialResult", "contention_note", "dumps",
-           "failure_result", "figure_flag", "is_contended",
+           "failure_result", "figure_flag", "is_contended", "trial_log",
            "json_safe", "restore", "run_trial"]
 
 #: Every trial status, in lifecycle order.
@@ -366,6 +366,30 @@ def error_summary(error: str | None, width: int = 120) -> str:
     line = lines[-1] if lines[0].startswith("Traceback") else lines[0]
     return line.strip()[:width]
 
+
+
+def trial_log(error: str | None, hardware: Mapping[str, Any] | None) -> str:
+    """What a person reads to learn why a trial ended as it did: its ``error`` (summary line,
+    then the stderr tail or traceback) and, for a command workload, the last lines its job
+    printed (``hardware["job"]["log_tail"]``) and the argv it ran; ``""`` when there is neither.
+
+    Example:
+        >>> print(trial_log("failed: exit 1", {"job": {"argv": ["python", "t.py"],
+        ...                                             "log_tail": "OSError: disk full"}}))
+        failed: exit 1
+        --- the job: python t.py ---
+        OSError: disk full
+    """
+    parts = [(error or "").strip()]
+    job = (hardware or {}).get("job")
+    if isinstance(job, Mapping):
+        argv = job.get("argv")
+        tail = str(job.get("log_tail") or "").strip()
+        cmd = " ".join(str(a) for a in argv) if isinstance(argv, list) else "its output"
+        parts.append(f"--- the job: {cmd} ---")
+        if tail and tail not in parts[0]:  # the error may hold the tail already
+            parts.append(tail)
+    return "\n".join(p for p in parts if p)
 
 # -- running one trial in this process --------------------------------------------------------
 def _check_device(device: Any) -> str:

@@ -472,3 +472,30 @@ def test_kernel_interrupt_during_a_review_click_stops_the_trial(tmp_path):
     assert reply["content"]["status"] == "ok"
     assert "int: interrupted; 1 trial in flight was stopped and re-queued" in text
     assert "['pending']" in text
+
+
+def test_dashboard_shows_a_failed_command_trials_log_one_pick_away(tmp_store):
+    """A command trial that failed: the dashboard picks it, and its log shows the job's own
+    error lines and the argv it ran; picking the ok trial shows no failure text."""
+    import sys
+    from pathlib import Path
+
+    from cubicml_lab.workloads import Command
+
+    toy = str(Path(__file__).resolve().parent / "jobs" / "toy_job.py")
+    space = cml.Space([cml.Choice("mode", ["steps", "fail"])])
+    job = Command("toy", argv=[sys.executable, toy, "{mode}"], units="samples")
+    camp = cml.Campaign("logs", space, workload=job, launcher=cml.launch.InProcess(),
+                        searcher=cml.RandomSearch(space, seed=0), store=tmp_store,
+                        measure_options={"max_time_s": 1.0, "min_steps": 5})
+    dash = widgets.CampaignDashboard(camp)
+    assert dash.log_picker.value is None and dash.log_view.value == ""
+    camp.run(budget=2)
+    dash.refresh()
+    failed = next(t for t in camp.trials() if t.status == "failed")
+    assert dash.log_picker.value == failed.id  # the failure is picked, not the ok trial
+    assert "exit" in dash.log_view.value and "toy_job.py fail" in dash.log_view.value
+    assert "--- the job:" in html.unescape(dash.log_view.value)
+    ok = next(t for t in camp.trials() if t.status == "ok")
+    dash.log_picker.value = ok.id if ok.id in {v for _, v in dash.log_picker.options} else None
+    assert "exit" not in dash.log_view.value

@@ -15,7 +15,7 @@ from ..campaign import Campaign
 from ..campaign_view import status_counts
 from ..errors import CubicMLError
 from ..store import FINAL_STATUSES, Trial, TrialStore
-from ..trials import contention_note, error_summary, is_contended
+from ..trials import contention_note, error_summary, is_contended, trial_log
 from ._common import _FONT, _GREY, _error_html, _guard, _interval, _set_png, _text, _unit
 
 if TYPE_CHECKING:
@@ -24,7 +24,9 @@ if TYPE_CHECKING:
 
 class CampaignDashboard(W.VBox):
     """A campaign as it runs: trial counts, best against the reference, best-so-far figure, the
-    latest trials, and the proposals waiting or running with their predictions.
+    latest trials, the proposals waiting or running with their predictions, and one ended
+    trial's log (its error and, for a command workload, the job's argv and last lines), picked
+    from ``log_picker`` (the newest trial that did not end ``ok`` until a person picks).
 
     It observes the campaign (:meth:`~cubicml_lab.campaign.Campaign.observe`), so it updates while
     ``campaign.run()`` or a :class:`ProposalReview` runs trials in this kernel. For a campaign
@@ -78,10 +80,16 @@ class CampaignDashboard(W.VBox):
         self.refresh_button = W.Button(description="refresh", icon="refresh",
                                        tooltip="re-read the store")
         self.refresh_button.on_click(_guard(self.refresh, self._show_error))
+        # a trial's log one pick away: the error and, for a command, the job's last lines
+        self.log_picker = W.Dropdown(description="log of", options=[("(no trial log yet)", None)],
+                                     layout=W.Layout(width="360px"))
+        self.log_view = W.HTML()
+        self.log_picker.observe(lambda _change: self._draw_log(), names="value")
         super().__init__([self.title, self.status,
                           W.HBox([self.figure, W.VBox([self.latest, self.proposals])],
                                  layout=W.Layout(flex_flow="row wrap")),
-                          W.HBox([self.refresh_button, self.updated])])
+                          W.HBox([self.refresh_button, self.updated]),
+                          self.log_picker, self.log_view])
         self.add_class("cubicml-dashboard")
         campaign.observe(self._on_event)
         self.refresh()
@@ -190,6 +198,29 @@ class CampaignDashboard(W.VBox):
         self._draw_status()
         self._draw_latest()
         self._draw_proposals()
+        self._draw_log_picker()
+
+    def _draw_log_picker(self) -> None:
+        """The finished trials, newest first, that have something to read (an error or a job's
+        output); the newest one that did not end ``ok`` is picked until a person picks."""
+        ended = [t for t in self.trials[::-1] if t.status in FINAL_STATUSES
+                 and trial_log(t.error, t.hardware)]
+        options = [(f"#{t.id} {t.status}: {error_summary(t.error, 50) or 'job output'}", t.id)
+                   for t in ended] or [("(no trial log yet)", None)]
+        if [o[1] for o in options] == [o[1] for o in self.log_picker.options]:
+            return
+        keep = self.log_picker.value if self.log_picker.value in {o[1] for o in options} \
+            else next((t.id for t in ended if t.status != "ok"), options[0][1])
+        self.log_picker.options = options
+        self.log_picker.value = keep
+        self._draw_log()
+
+    def _draw_log(self) -> None:
+        trial = next((t for t in self.trials if t.id == self.log_picker.value), None)
+        text = "" if trial is None else trial_log(trial.error, trial.hardware)
+        self.log_view.value = "" if not text else (
+            "<pre style='max-height: 16em; overflow: auto; font-size: 11px; "
+            f"white-space: pre-wrap'>{html.escape(text)}</pre>")
 
     def _draw_status(self) -> None:
         s, unit = self.summary, self._unit()
