@@ -22,12 +22,7 @@ Printed per configuration (medians over repeats):
   guard, the polling, stopping the job, reading the job's package versions and the machine record.
 * ``start-up``: the job's start-up under the lab and alone (the lab should not slow it).
 
-On the 2-core VM (2026-12-05, 3 repeats, torch 2.13 CPU), its cores shared with other work at
-load 4-5: steps of 33 and 112 ms; the lab's figure within +1.7% of the job's steps' median in
-every run (median +0.0 to +0.9%), within 0.1% of its own windows, within 3.4% of its mean;
-added 0.10-0.14 s in process and 0.52-0.67 s with Subprocess (about 0.55 s of it the worker's
-interpreter importing ``cubicml_lab``). At load 7 the Subprocess figure was 1.1-1.3 s (1.59 s
-at worst).
+Measured figures, with the machine and date: ``docs/results.md``.
 
 Run:
     .venv/bin/python benchmarks/command_overhead.py                      # about 3.5 minutes
