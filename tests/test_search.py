@@ -450,3 +450,19 @@ def test_recommend_from_another_thread_leaves_the_proposals_as_they_were(space):
         done.set()
         thread.join()
     assert answers and polled.recommend() == quiet.recommend()
+
+
+def test_should_stop_holds_off_while_every_figure_is_flagged(space):
+    """The flat problem that stops within 8 asks above, every figure told contended: the rule
+    holds off (and says why) for as long as no clean figure exists, then fires once one does."""
+    s = BayesianSearch(space, seed=3, n_init=4, stop_patience=2)
+    flat = lambda cfg: 1000.0 * (1 + 1e-5 * cfg["layers"])  # noqa: E731
+    for _ in range(10):
+        for cfg in s.ask(1):
+            s.tell(cfg, {"throughput": flat(cfg), "contended": 1.0})
+        assert not s.should_stop()
+    assert all(r < 0.005 for r in s.improvement_trace[-2:])  # it would have fired
+    assert s.stop_reason.startswith("held off: all 10 ok figures are flagged")
+    cfg = s.ask(1)[0]
+    s.tell(cfg, {"throughput": flat(cfg)})
+    assert s.should_stop() and "below 0.5%" in s.stop_reason

@@ -1211,7 +1211,10 @@ class BayesianSearch(Searcher):
     def should_stop(self) -> bool:
         """True when the last ``stop_patience`` BO asks each expected less than
         ``stop_threshold`` relative improvement (feasibility-weighted); :attr:`stop_reason`
-        then says so with the figures.
+        then says so with the figures. Never while every ok figure is flagged
+        (:func:`~cubicml_lab.trials.figure_flag`: contended or without an interval): the
+        improvement is then measured against a bar nobody trusts, so the search goes on until
+        one clean figure exists (:attr:`stop_reason` says it held off).
 
         Example:
             >>> from cubicml_lab.space import Space, Int
@@ -1221,6 +1224,11 @@ class BayesianSearch(Searcher):
         """
         recent = self.improvement_trace[-self.stop_patience:]
         if len(recent) < self.stop_patience or any(r >= self.stop_threshold for r in recent):
+            return False
+        ok = [h for h in self._history if h["status"] == "ok"]
+        if ok and all(figure_flag(h["values"], self.objective) is not None for h in ok):
+            self.stop_reason = (f"held off: all {len(ok)} ok figures are flagged (contended or "
+                                "without an interval), so no improvement can be trusted yet")
             return False
         what = "hypervolume improvement" if self.second_objective else "improvement"
         self.stop_reason = (
