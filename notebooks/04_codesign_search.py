@@ -231,3 +231,4 @@ print(f"default {s['reference'] or math.nan:,.0f} tokens/s; recommended {rec}: "
 print(f"the review rule saw {len(decisions)} proposals: {rule}")
 print(f"stopped: {campaign.stop_reason}")
 print(f"peak memory {mem.min():.2f} to {mem.max():.2f} GiB, limit {MEMORY_LIMIT_GIB} GiB")
+print(cml.trials.contention_note(campaign.trials()) or "no figure shared the CPU with other work")
