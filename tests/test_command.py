@@ -232,7 +232,7 @@ def test_torchtitan_lines_give_a_rate_and_hf_lines_are_timed_as_they_come():
     assert res.metrics["peak_mem_gib"] == 1.5 and math.isnan(res.metrics["step_time_s"])
     res = run(toy("hf", metrics=["hf_trainer"]))
     assert res.status == "ok", res.error
-    assert 0.02 <= res.metrics["step_time_s"] < 0.04  # lines timed as they are read
+    assert 0.018 <= res.metrics["step_time_s"] < 0.04  # timed as read: arrival jitter
     assert res.metrics["steps_per_s"] > 0 and res.metrics["loss"] < 0.5
 
 
