@@ -20,7 +20,7 @@ help:
 	@echo "make lab        JupyterLab on notebooks/ with the cubicml-lab kernel (~10 s once installed)"
 	@echo "make lab SMOKE=1  the same, every notebook with tiny budgets (CUBICML_LAB_SMOKE=1)"
 	@echo "make test       the whole suite but GPU tests (what CI runs)"
-	@echo "make test-fast  the inner loop: no slow, notebook, browser, slurm or gpu tests (~1 min)"
+	@echo "make test-fast  the inner loop: no slow, notebook, browser, slurm or gpu tests (~8 min on 2 cores)"
 	@echo "make test-gpu   the tests that need CUDA"
 	@echo "make notebooks  regenerate notebooks/*.ipynb from their .py twins"
 
