@@ -795,7 +795,7 @@ def test_the_card_recommends_the_searchers_pick_over_a_lucky_single_figure(gpt_s
     assert "recommended" not in str(plain)
 
 
-# -- a flagged figure never steers alone; all skipped is not exhausted (issue 47, part 3) -----
+# -- a flagged figure never steers alone; all skipped is not exhausted --------------------
 def test_best_passes_over_a_figure_without_an_interval(gpt_space, tmp_store):
     """A figure from a single window (CI unknown, shown ±?) is not the best a review rule
     compares with while a figure with an interval exists."""

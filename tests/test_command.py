@@ -1,5 +1,5 @@
 """A user's command as a workload: definition checks, rendering, figures from its reports, real
-jobs under the launchers, campaigns, and its bad inputs (issue 48).
+jobs under the launchers, campaigns, and its bad inputs.
 
 The jobs are real programs under ``tests/jobs/``: ``toy_job.py`` (standard library only, for the
 failure modes) and ``plain_loop.py`` (a PyTorch loop reporting through ``cubicml_lab.report``).

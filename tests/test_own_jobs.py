@@ -1,4 +1,4 @@
-"""Real third-party training jobs as campaigns (issue 48): a Hugging Face ``Trainer`` script and a
+"""Real third-party training jobs as campaigns: a Hugging Face ``Trainer`` script and a
 plain PyTorch loop using ``cubicml_lab.report``, each searched by a campaign of real trials under
 the Subprocess launcher, with a memory limit under which the largest batch ends ``oom``, and the
 lab's figure held against the job's own clock (its ``--own-timings`` file, warm-up excluded).

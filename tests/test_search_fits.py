@@ -1,6 +1,6 @@
 """Tests that no fit of BayesianSearch is stale: every caller of its cached GP fits (ask,
 propose's "why" and predictions, recommend, fit_predictor, PredictorExplorer.from_search) gets a
-GP fitted on exactly the observations the search holds at that moment (issue 47, part 1).
+GP fitted on exactly the observations the search holds at that moment.
 Real GP fits, no mocks."""
 
 from __future__ import annotations

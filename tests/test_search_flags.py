@@ -1,5 +1,5 @@
 """Tests that a flagged figure never steers alone, and that a search whose untried
-configurations were all skipped says so and can be given them back (issue 47, part 3).
+configurations were all skipped says so and can be given them back.
 Real searchers, real GP fits, a real store; no mocks."""
 
 from __future__ import annotations
