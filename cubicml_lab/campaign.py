@@ -10,9 +10,12 @@ never an exception that ends the campaign.
 A campaign whose name already has trials in the store resumes: finished trials are told to the
 searcher, and trials left ``pending`` or ``running`` by an interrupted run (a closed notebook, a
 killed process) are run again first. Each running trial carries the record of its process (host,
-pid and start time of the trial process and of the campaign process that owns it, in
-``trial.hardware["process"]``): a trial whose campaign died is ended first (by pid and start
-time, so a recycled pid is never signalled) and then run again; a trial whose campaign is alive
+pid and start time of the trial process and of the campaign process that owns it, and the secret
+its guard was started with, in ``trial.hardware["process"]``): a trial whose campaign died is
+ended first and then run again. It is signalled only when the process proves that this lab
+started it (its environment holds the record's secret and owner, see
+:mod:`cubicml_lab.launch.process`): a record read from the store alone, imported, copied or
+edited, never causes a signal; a trial whose campaign is alive
 (another process sharing the store) is left to it, and its configuration is held as pending, so
 no configuration ever runs twice at once. The launchers end a trial process when its campaign
 dies, and the folders of dead campaigns' trials are swept when a campaign starts.
@@ -397,10 +400,16 @@ class Campaign(CampaignView):
             with _LIVE_LOCK:
                 if _live_key(self.store, t.id) in _LIVE:
                     return False
-        if not end_trial_process(record):
+        outcome = end_trial_process(record)
+        if outcome in ("alive", "elsewhere"):
             warnings.warn(f"{self.name}: trial {t.id}'s process {record.get('pid')} outlived its "
                           "campaign and would not die; it stays 'running'", stacklevel=3)
             return False
+        if outcome == "not ours":
+            warnings.warn(f"{self.name}: trial {t.id}'s stored process record names pid "
+                          f"{record.get('pid')}, a live process this lab cannot prove it started "
+                          "(an imported, copied or edited record?); it was not signalled, and "
+                          "the trial runs again", stacklevel=3)
         try:
             self.store.reset_trial(t.id)
         except StoreError:  # another process resumed it first

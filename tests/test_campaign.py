@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 import sys
 
 import pytest
@@ -463,13 +464,16 @@ def _dead_process():
     return proc.pid, start
 
 
-def _running_trial(store, name, config, *, pid, start, owner):
-    """A trial marked running by the process ``pid`` for a campaign process ``owner``."""
+def _running_trial(store, name, config, *, pid, start, owner, token=None):
+    """A trial marked running by the process ``pid`` for a campaign process ``owner`` (with the
+    guard's secret ``token``, where given)."""
     import socket
 
     tid = store.add_trial(name, {**TINY, **config}, workload="gpt")
     record = {"host": socket.gethostname(), "pid": pid, "start": start,
               "owner_pid": owner[0], "owner_start": owner[1]}
+    if token is not None:
+        record["token"] = token
     store.mark_running(tid, hardware={"process": record})
     return tid
 
@@ -481,16 +485,20 @@ def test_resume_ends_a_trial_process_whose_campaign_died_then_runs_it_first(gpt_
 
     from cubicml_lab.launch.process import process_start
 
+    from cubicml_lab.launch.process import OWNER_ENV, TOKEN_ENV, new_token
+
+    owner, token = _dead_process(), new_token()
+    # what a guard of the dead campaign carries: its secret and its owner
+    ours = {**os.environ, TOKEN_ENV: token, OWNER_ENV: f"{owner[0]}:{owner[1]}"}
     orphan = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"],
-                              start_new_session=True)
+                              start_new_session=True, env=ours)
     recycled = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"],
-                                start_new_session=True)
+                                start_new_session=True, env=ours)
     try:
         camp = make("orphans", gpt_space, tmp_store, searcher=cml.RandomSearch(gpt_space, seed=0))
-        owner = _dead_process()
         config = {"micro_batch": 8, "precision": "fp32", "recompute": "none"}
         tid = _running_trial(tmp_store, "orphans", config, pid=orphan.pid,
-                             start=process_start(orphan.pid), owner=owner)
+                             start=process_start(orphan.pid), owner=owner, token=token)
         # a record whose pid now belongs to another process (another start time)
         other = {"micro_batch": 4, "precision": "bf16", "recompute": "full"}
         tid2 = _running_trial(tmp_store, "orphans", other, pid=recycled.pid,

@@ -621,28 +621,35 @@ def test_on_start_gets_the_trial_process_and_a_refusal_runs_nothing(tmp_path: Pa
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 def test_end_trial_process_ends_a_group_by_identity_only(tmp_path: Path) -> None:
+    from cubicml_lab.launch.process import OWNER_ENV, TOKEN_ENV, new_token
+
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead_start = process_start(dead.pid)
     dead.wait()
+    token = new_token()
     code = "import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', " \
            "'import time; time.sleep(600)']); time.sleep(600)"
-    orphan = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
+    orphan = subprocess.Popen([sys.executable, "-c", code], start_new_session=True,
+                              env={**os.environ, TOKEN_ENV: token,
+                                   OWNER_ENV: f"{dead.pid}:{dead_start}"})
     try:
         time.sleep(0.3)
-        record = {**trial_record(orphan.pid), "owner_pid": dead.pid, "owner_start": dead_start}
+        record = {**trial_record(orphan.pid, token=token), "owner_pid": dead.pid,
+                  "owner_start": dead_start}
         wrong = {**record, "start": record["start"] + 1}  # the same pid, another process
-        assert end_trial_process(wrong) is True  # nothing of *that* process is left
+        assert end_trial_process(wrong) == "gone"  # nothing of *that* process is left
         assert alive(orphan.pid)
-        assert end_trial_process({**record, "host": "elsewhere"}) is False
+        assert end_trial_process({**record, "host": "elsewhere"}) == "elsewhere"
+        assert end_trial_process({**record, "token": new_token()}) == "not ours"
         assert alive(orphan.pid)
-        assert end_trial_process(record) is True
+        assert end_trial_process(record) == "ended"
         orphan.wait(timeout=5)
         group = subprocess.run(["pgrep", "-g", str(orphan.pid)], capture_output=True, text=True,
                                check=False).stdout.split()
         assert not any(alive(int(p)) for p in group)
-        assert end_trial_process(record) is True  # gone: nothing to do
-        assert end_trial_process({"pid": 1}) is True  # not a record: never signals anything
-        assert end_trial_process(trial_record()) is True  # in-process: never this process
+        assert end_trial_process(record) == "gone"  # gone: nothing to do
+        assert end_trial_process({"pid": 1}) == "gone"  # not a record: never signals anything
+        assert end_trial_process(trial_record()) == "gone"  # in-process: never this process
     finally:
         orphan.kill()
 

@@ -10,6 +10,11 @@ never outlives its campaign and never leaves its folder behind. See the guard's 
 
 The guard leads the trial's process group and stays unreaped until :meth:`GuardedProcess.reap`,
 so the group id cannot be handed to unrelated processes while the launcher may still signal it.
+
+Each guard gets a fresh secret and its owner's identity in its environment
+(:func:`~cubicml_lab.launch.process.guard_environment`), and the record handed to ``on_start``
+carries the same secret: that is how a later campaign proves a process is one this lab started
+before it signals it (:func:`~cubicml_lab.launch.process.end_trial_process`).
 """
 
 from __future__ import annotations
@@ -25,7 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import LaunchError
-from .process import process_start, trial_record
+from .process import (guard_environment, hold_token, new_token, process_start,
+                      release_token, trial_record)
 
 __all__ = ["GuardedProcess"]
 
@@ -52,11 +58,15 @@ class GuardedProcess:
                  cwd: str | None = None) -> None:
         guard = [sys.executable, "-I", "-S", GUARD, "--parent", str(os.getpid()),
                  "--dir", folder, "--", *cmd]
+        self.token = new_token()
+        hold_token(self.token)
         try:
             self.proc = subprocess.Popen(guard, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                         stderr=subprocess.PIPE, env=env,
+                                         stderr=subprocess.PIPE,
+                                         env={**env, **guard_environment(self.token)},
                                          start_new_session=True, bufsize=0, cwd=cwd)
         except OSError as exc:
+            release_token(self.token)
             raise LaunchError(f"cannot start the trial guard with {sys.executable!r}: {exc}",
                               hint="this Python must be able to run a script") from exc
         self.cmd, self.folder = cmd, folder
@@ -98,7 +108,7 @@ class GuardedProcess:
             raise self._failed(said)
         Path(self.folder, "spec.json").write_text(spec_json, encoding="utf-8")
         if on_start is not None:
-            on_start(trial_record(self.pid))
+            on_start(trial_record(self.pid, token=self.token))
         try:
             assert self.proc.stdin is not None
             self.proc.stdin.write(b"go\n")
@@ -171,6 +181,7 @@ class GuardedProcess:
             if pipe is not None:
                 pipe.close()
         self.proc.wait()
+        release_token(self.token)
         if self.trial is not None:
             pid, start = self.trial
             deadline = time.monotonic() + 5.0

@@ -10,7 +10,19 @@ A launcher describes each trial process it starts as a :func:`trial_record` (pla
 campaign keeps that record with the running trial (``trial.hardware["process"]``). When a campaign
 resumes a trial still marked ``running``, :func:`owner_state` says whether the campaign that ran it
 is alive (another process sharing the campaign: leave it), is this process, is on another host, or
-is dead; :func:`end_trial_process` ends what a dead campaign left, by identity.
+is dead; :func:`end_trial_process` ends what a dead campaign left, by identity and by proof.
+
+A store is data: anyone may import, copy or hand-edit a record naming any pid and start time, so
+neither ever leads to a signal on its own. A campaign signals a process only when it can prove
+that this lab started it: every guard gets a fresh 128-bit secret (:func:`guard_environment`,
+``CUBICML_LAB_TRIAL_TOKEN``) and the pid and start time of the campaign process that started it
+(``CUBICML_LAB_TRIAL_OWNER``) in its environment, which its trial inherits, and the lab writes the
+same secret into the trial's record. :func:`end_trial_process` reads the environment the kernel
+holds for the recorded process group (``/proc/<pid>/environ``, readable only by its owner) and
+signals nothing unless a member carries the record's secret and owner; a secret still held by a
+guard of this process (:func:`hold_token`) proves nothing either, so a record copied onto another
+trial never ends this process's own trials. Where ``/proc`` is missing nothing can be proved and
+nothing is signalled.
 
 A trial's temporary folder is ``cubicml-trial-<owner pid>-<owner start>-<random>`` in the temp
 directory: the owner is the process that launched it, so :func:`sweep_trial_dirs` can tell the
@@ -21,22 +33,37 @@ This module imports no torch.
 
 from __future__ import annotations
 
+import hmac
 import os
 import re
+import secrets
 import shutil
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-__all__ = ["TRIAL_DIR_PREFIX", "end_trial_process", "group_members", "identity", "is_running",
-           "new_trial_dir", "owner_state", "process_start", "sweep_trial_dirs", "trial_record"]
+__all__ = ["OWNER_ENV", "TOKEN_ENV", "TRIAL_DIR_PREFIX", "carries_proof", "end_trial_process",
+           "group_members", "guard_environment", "hold_token", "identity", "is_running",
+           "new_token", "new_trial_dir", "owner_state", "process_start", "release_token",
+           "sweep_trial_dirs", "trial_record"]
+
+#: Environment variable holding a trial guard's secret (also in the trial's stored record).
+TOKEN_ENV = "CUBICML_LAB_TRIAL_TOKEN"
+#: Environment variable naming the campaign process that started a guard (``pid:start``).
+OWNER_ENV = "CUBICML_LAB_TRIAL_OWNER"
+_TOKEN = re.compile(r"^[0-9a-f]{32}$")
+_ENVIRON_MAX_BYTES = 1 << 20  # the kernel's own limit on an environment is far below this
+#: Secrets of the guards this process runs now (a record naming one proves nothing).
+_HELD: set[str] = set()
+_HELD_LOCK = threading.Lock()
 
 #: Prefix of every trial's temporary folder.
 TRIAL_DIR_PREFIX = "cubicml-trial-"
@@ -99,13 +126,76 @@ def identity(pid: int | None = None) -> dict[str, Any]:
     return {"host": _host(), "pid": pid, "start": process_start(pid)}
 
 
-def trial_record(pid: int | None = None) -> dict[str, Any]:
+def trial_record(pid: int | None = None, token: str | None = None) -> dict[str, Any]:
     """The record a launcher gives for a trial process ``pid`` started by this process (default:
-    the trial runs in this process): its identity and its owner's (this process)."""
+    the trial runs in this process): its identity and its owner's (this process), and the
+    guard's secret ``token`` (:func:`guard_environment`) when there is one."""
     me = identity()
     proc = me if pid is None else identity(pid)
-    return {"host": me["host"], "pid": proc["pid"], "start": proc["start"],
-            "owner_pid": me["pid"], "owner_start": me["start"]}
+    record = {"host": me["host"], "pid": proc["pid"], "start": proc["start"],
+              "owner_pid": me["pid"], "owner_start": me["start"]}
+    if token is not None:
+        record["token"] = token
+    return record
+
+
+def new_token() -> str:
+    """A fresh secret for one trial guard: 32 hex digits (128 random bits)."""
+    return secrets.token_hex(16)
+
+
+def guard_environment(token: str) -> dict[str, str]:
+    """The variables a guard (and so its trial) gets so that this lab can later prove it
+    started it: the secret and this process's identity as its owner."""
+    me = identity()
+    return {TOKEN_ENV: token, OWNER_ENV: f"{me['pid']}:{me['start']}"}
+
+
+def hold_token(token: str) -> None:
+    """Note that a guard of this process runs with ``token`` (until :func:`release_token`)."""
+    with _HELD_LOCK:
+        _HELD.add(token)
+
+
+def release_token(token: str) -> None:
+    """The guard that ran with ``token`` is gone."""
+    with _HELD_LOCK:
+        _HELD.discard(token)
+
+
+def _environ(pid: int) -> dict[str, str] | None:
+    """The environment the kernel holds for ``pid`` (Linux), or None when it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as fh:
+            raw = fh.read(_ENVIRON_MAX_BYTES)
+    except OSError:
+        return None
+    out = {}
+    for item in raw.split(b"\0"):
+        key, sep, value = item.partition(b"=")
+        if sep:
+            out[key.decode("utf-8", "replace")] = value.decode("utf-8", "replace")
+    return out
+
+
+def carries_proof(pid: int, record: Any) -> bool:
+    """True if process ``pid`` carries the secret and the owner that ``record`` names in its
+    environment, i.e. a guard this lab started for that record (or a process it started).
+    A record without a well-formed secret, or with one a guard of this process still holds,
+    proves nothing."""
+    if not _valid(record):
+        return False
+    token = record.get("token")
+    if not isinstance(token, str) or not _TOKEN.match(token):
+        return False
+    with _HELD_LOCK:
+        if token in _HELD:
+            return False
+    env = _environ(pid)
+    if env is None:
+        return False
+    return (hmac.compare_digest(env.get(TOKEN_ENV, ""), token)
+            and env.get(OWNER_ENV) == f"{record['owner_pid']}:{record['owner_start']}")
 
 
 def is_running(pid: Any, start: Any) -> bool:
@@ -142,36 +232,41 @@ def owner_state(record: Any) -> str:
     return "alive" if is_running(record["owner_pid"], record["owner_start"]) else "dead"
 
 
-def end_trial_process(record: Any, timeout_s: float = 5.0) -> bool:
-    """End the trial process a record names, with its whole process group, if any of it lives.
+def end_trial_process(record: Any, timeout_s: float = 5.0) -> str:
+    """End the trial process a record names, with its whole process group, if any of it lives
+    and this lab can prove it started it (see the module doc).
 
     Every launcher here starts a trial process as the leader of a new process group, so the
-    record's pid is also the group's id. The group is killed (``SIGKILL``) when its leader is the
-    recorded process (same pid and start time, alive or a zombie), or when no process has that pid
-    any more but the group lives on (the leader died first; the kernel does not hand out a pid
-    that still names a group). A pid now held by another process means the recorded group is
-    empty: nothing is signalled. Never this process or its group; a trial that ran inside its
-    campaign's process has nothing to end.
+    record's pid is also the group's id. The group is killed (``SIGKILL``) only when its leader
+    is the recorded process (same pid and start time, alive or a zombie), or no process has that
+    pid any more but the group lives on (the leader died first), *and* a live member of the
+    group carries the record's secret and owner in its environment (:func:`carries_proof`). A pid
+    now held by another process means the recorded group is empty. Never this process or its
+    group; a trial that ran inside its campaign's process has nothing to end.
 
     Returns:
-        True when nothing of the trial process is left running; False when it would not die within
-        ``timeout_s`` or cannot be checked (another host).
+        ``"gone"``: nothing of the recorded process is left (or there never was a separate one);
+        ``"ended"``: it was killed and is gone; ``"not ours"``: something lives under that pid
+        but nothing proves this lab started it, so it was not signalled; ``"alive"``: it would not
+        die within ``timeout_s``; ``"elsewhere"``: another host, which cannot be checked.
     """
     if not _valid(record):
-        return True
+        return "gone"
     if record["host"] != _host():
-        return False
+        return "elsewhere"
     pid, start = record["pid"], record["start"]
     if pid == record["owner_pid"] or pid in (os.getpid(), os.getpgid(0)):
-        return True  # ran in the campaign's process: there is no separate process to end
-    if sys.platform.startswith("linux"):
-        fields = _stat(pid)
-        if fields is not None and int(fields[19]) != start:
-            return True  # the pid was recycled, so its old group is empty
-        if not group_members(pid):
-            return True
-    elif not is_running(pid, start):
-        return True
+        return "gone"  # ran in the campaign's process: there is no separate process to end
+    if not sys.platform.startswith("linux"):
+        return "not ours" if is_running(pid, start) else "gone"  # nothing to prove it with
+    fields = _stat(pid)
+    if fields is not None and int(fields[19]) != start:
+        return "gone"  # the pid was recycled, so its old group is empty
+    members = group_members(pid)
+    if not members:
+        return "gone"
+    if not any(carries_proof(member, record) for member in members):
+        return "not ours"
     try:
         os.killpg(pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
@@ -179,7 +274,7 @@ def end_trial_process(record: Any, timeout_s: float = 5.0) -> bool:
     deadline = time.monotonic() + timeout_s
     while (group_members(pid) or is_running(pid, start)) and time.monotonic() < deadline:
         time.sleep(0.02)
-    return not (group_members(pid) or is_running(pid, start))
+    return "alive" if group_members(pid) or is_running(pid, start) else "ended"
 
 
 def new_trial_dir(tempdir: str | None = None) -> str:

@@ -16,6 +16,7 @@ import os
 import sqlite3
 import threading
 import time
+import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -25,12 +26,30 @@ from ..errors import StoreError
 from . import tables
 from .schema import (FINAL_STATUSES, STATUSES, _SELECT_TRIAL, Trial, _check_config, _check_error,
                      _check_id, _check_mapping, _check_metrics, _check_name, _check_path,
-                     _check_status, _check_text, _check_time, _dumps, _open, _show, _to_trial)
+                     _check_status, _check_text, _check_time, _column_json, _dumps, _open,
+                     _show, _to_trial)
 
 if TYPE_CHECKING:
     import pandas as pd
 
     from ..space import Space
+
+
+class NoRoom(StoreError):
+    """:meth:`TrialStore.claim_trial` found no room: ``reason`` is ``"budget"`` (the campaign
+    holds its budget of trials) or ``"busy"`` (the configuration is pending or running)."""
+
+    def __init__(self, message: str, *, reason: str) -> None:
+        super().__init__(message, hint="another process sharing the campaign took it; wait for "
+                                       "its trials, or raise the budget")
+        self.reason = reason
+
+
+def _loads_or_none(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):
+        return None
 
 
 class TrialStore:
@@ -191,7 +210,8 @@ class TrialStore:
             row = conn.execute("SELECT metadata FROM campaigns WHERE name = ?", (name,)).fetchone()
             if row is None:
                 raise self._unknown_campaign(name)
-            merged = {**json.loads(row[0]), **updates}
+            merged = {**_column_json(self.path, "campaigns", name, "metadata", row[0]),
+                      **updates}
             conn.execute("UPDATE campaigns SET metadata = ? WHERE name = ?",
                          (_dumps(merged), name))
         return merged
@@ -207,8 +227,11 @@ class TrialStore:
         if not rows:
             raise self._unknown_campaign(name)
         name, space, workload, metadata, created_at = rows[0]
-        return {"name": name, "space": None if space is None else json.loads(space),
-                "workload": workload, "metadata": json.loads(metadata), "created_at": created_at}
+        return {"name": name, "space": None if space is None else
+                _column_json(self.path, "campaigns", name, "space", space),
+                "workload": workload,
+                "metadata": _column_json(self.path, "campaigns", name, "metadata", metadata),
+                "created_at": created_at}
 
     def _unknown_campaign(self, name: str) -> StoreError:
         known = ", ".join(repr(n) for n in self.campaigns()) or "none"
@@ -242,6 +265,46 @@ class TrialStore:
                 (campaign, config_json, workload, version, time.time()))
             return int(cur.lastrowid)
 
+    def claim_trial(self, campaign: str, config: Mapping[str, Any], *, budget: int,
+                    workload: str, workload_version: str = "") -> int:
+        """Add a ``pending`` trial only if the campaign has room for it, and return its id.
+
+        In one ``BEGIN IMMEDIATE`` transaction: the campaign's trials (finished, pending and
+        running, by any process) must number fewer than ``budget``, and no ``pending`` or
+        ``running`` trial of it may have this ``config``. So processes sharing a campaign
+        finish exactly ``budget`` trials between them and never run one configuration twice at
+        once.
+
+        Raises:
+            NoRoom: ``budget`` trials are already there (``reason == "budget"``) or this
+                configuration is pending or running (``reason == "busy"``); nothing is written.
+            StoreError: As :meth:`add_trial`.
+        """
+        campaign, plain = _check_name(campaign), _check_config(config)
+        config_json = _dumps(plain)
+        workload = _check_text(workload, "workload")
+        version = _check_text(workload_version, "workload_version")
+        if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
+            raise StoreError(f"budget = {_show(budget)} must be an int >= 1",
+                             hint="pass the campaign's budget, e.g. budget=12")
+        with self._write() as conn:
+            workload = self._campaign_workload(conn, campaign, workload)
+            (count,) = conn.execute("SELECT COUNT(*) FROM trials WHERE campaign = ?",
+                                    (campaign,)).fetchone()
+            if count >= budget:
+                raise NoRoom(f"campaign {campaign!r} already holds {count} of its {budget} "
+                             "trials", reason="budget")
+            for (text,) in conn.execute("SELECT config FROM trials WHERE campaign = ? AND "
+                                        "status IN ('pending', 'running')", (campaign,)):
+                if text == config_json or _loads_or_none(text) == plain:
+                    raise NoRoom(f"campaign {campaign!r} is already running {plain}",
+                                 reason="busy")
+            cur = conn.execute(
+                "INSERT INTO trials (campaign, config, status, metrics, hardware, workload, "
+                "workload_version, created_at) VALUES (?, ?, 'pending', '{}', '{}', ?, ?, ?)",
+                (campaign, config_json, workload, version, time.time()))
+            return int(cur.lastrowid)
+
     def mark_running(self, trial_id: int, *, hardware: Mapping[str, Any] | None = None) -> None:
         """Move a trial ``pending -> running``; set ``started_at`` (and ``hardware`` if given).
 
@@ -269,7 +332,7 @@ class TrialStore:
         with self._write() as conn:
             self._expect(conn, trial_id, ("running",), "take_over_trial")
             row = conn.execute("SELECT hardware FROM trials WHERE id = ?", (trial_id,)).fetchone()
-            hardware = json.loads(row[0] or "{}")
+            hardware = _column_json(self.path, "trials", trial_id, "hardware", row[0] or "{}")
             if hardware.get("process") != json.loads(_dumps(old)):
                 raise StoreError(f"trial {trial_id} has another owner than the one to take over "
                                  "from", hint="another process took it over first")
@@ -297,7 +360,9 @@ class TrialStore:
                                      (trial_id,)).fetchone()
             conn.execute("UPDATE trials SET status = ?, metrics = ?, hardware = ?, error = ?, "
                          "ended_at = ? WHERE id = ?",
-                         (status, _dumps(metrics), _dumps({**json.loads(old_hw), **new_hw}), error,
+                         (status, _dumps(metrics),
+                          _dumps({**_column_json(self.path, "trials", trial_id, "hardware",
+                                                 old_hw), **new_hw}), error,
                           time.time(), trial_id))
 
     def reset_trial(self, trial_id: int) -> None:
@@ -362,7 +427,7 @@ class TrialStore:
         if not rows:
             raise StoreError(f"no trial with id {trial_id} in {self.path}",
                              hint="list trials with store.trials(campaign)")
-        return _to_trial(rows[0])
+        return _to_trial(rows[0], self.path)
 
     def trials(self, campaign: str | None = None,
                status: str | Sequence[str] | None = None) -> list[Trial]:
@@ -378,7 +443,14 @@ class TrialStore:
             where.append(f"status IN ({', '.join('?' * len(wanted))})")
             params.extend(wanted)
         sql = _SELECT_TRIAL + (f" WHERE {' AND '.join(where)}" if where else "") + " ORDER BY id"
-        return [_to_trial(row) for row in self._read(sql, params)]
+        out = []
+        for row in self._read(sql, params):
+            try:
+                out.append(_to_trial(row, self.path))
+            except StoreError as err:  # one damaged row must not hide the others
+                warnings.warn(f"{err.message}; it is left out (nothing was changed)",
+                              stacklevel=2)
+        return out
 
     def _filter(self, campaign: str | None) -> tuple[list[str], list[Any]]:
         if campaign is None:

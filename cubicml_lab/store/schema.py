@@ -56,6 +56,9 @@ _MAX_DEPTH = 64
 #: Integers outside this range are refused: SQLite, pandas and Parquet hold 64 bits.
 _INT64 = (-2**63, 2**63 - 1)
 _T = TypeVar("_T")
+#: Longest file name and path, in bytes (Linux's NAME_MAX and PATH_MAX; macOS's are smaller
+#: paths, 1024, where the OS then refuses with a StoreError too).
+_NAME_MAX, _PATH_MAX = 255, 4096
 
 
 # -------------------------------------------------------------------- opening the file
@@ -67,7 +70,11 @@ def _open(path: Path) -> sqlite3.Connection:
     and a new file gets its tables in one ``BEGIN IMMEDIATE`` transaction that checks them
     again, so no process sees a half-made store.
     """
-    _refuse_foreign_file(path)
+    try:
+        _refuse_foreign_file(path)
+    except OSError as err:
+        raise StoreError(f"cannot use {path} as a trial store: {err.strerror or err}",
+                         hint="check the path and its folders' permissions") from None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None,
@@ -207,6 +214,20 @@ def _check_path(value: object, field: str) -> Path:
     if "\x00" in str(path) or not str(value):
         raise StoreError(f"{field} = {_show(value)} is not a usable file path",
                          hint="pass a file name without NUL characters")
+    try:
+        encoded = [os.fsencode(part) for part in path.parts]
+    except UnicodeError:
+        raise StoreError(f"{field} = {_show(value)} cannot be written as a file name here",
+                         hint="use a name in the file system's encoding (UTF-8)") from None
+    longest = max(encoded, key=len, default=b"")
+    if len(longest) > _NAME_MAX:
+        raise StoreError(f"{field}: the name {_show(os.fsdecode(longest), 60)} is "
+                         f"{len(longest)} bytes, more than the {_NAME_MAX} a file name may have",
+                         hint="choose a shorter file or folder name")
+    total = len(os.fsencode(str(path)))
+    if total > _PATH_MAX:
+        raise StoreError(f"{field} = {_show(value, 60)} is {total} bytes, more than the "
+                         f"{_PATH_MAX} a path may have", hint="choose a shorter path")
     return path
 
 
@@ -372,12 +393,39 @@ _SELECT_TRIAL = ("SELECT id, campaign, config, status, metrics, hardware, worklo
                  "workload_version, created_at, started_at, ended_at, error FROM trials")
 
 
-def _to_trial(row: tuple[Any, ...]) -> Trial:
-    """A ``trials`` row (columns of :data:`_SELECT_TRIAL`) as a :class:`Trial`."""
+def _column_json(path: object, table: str, row_id: object, column: str, text: object) -> Any:
+    """A stored JSON column read back; text that is not JSON (a store edited by hand, a
+    damaged file) raises a StoreError naming the table, the row and the column."""
+    try:
+        if not isinstance(text, (str, bytes)):
+            raise ValueError(f"a {type(text).__name__}, not JSON text")
+        return json.loads(text)
+    except (ValueError, RecursionError) as err:
+        raise StoreError(f"{path}: table {table!r}, row {_show(row_id)}, column {column!r} "
+                         f"does not hold valid JSON ({_show(str(err), 60)})",
+                         hint="the file was changed outside cubicml-lab; fix or delete that "
+                              "row with sqlite3 (the other rows are readable)") from None
+
+
+def _to_trial(row: tuple[Any, ...], path: object = "trial store") -> Trial:
+    """A ``trials`` row (columns of :data:`_SELECT_TRIAL`) as a :class:`Trial`; a column that
+    is not JSON raises a StoreError naming it (:func:`_column_json`)."""
     (id_, campaign, config, status, metrics, hardware, workload, version, created_at,
      started_at, ended_at, error) = row
-    return Trial(campaign=campaign, id=id_, config=json.loads(config), status=status,
-                 metrics=restore(json.loads(metrics)), hardware=restore(json.loads(hardware)),
+
+    def column(name: str, text: object) -> Any:
+        return _column_json(path, "trials", id_, name, text)
+
+    values = {name: column(name, text) for name, text in
+              (("config", config), ("metrics", metrics), ("hardware", hardware))}
+    for name, value in values.items():
+        if not isinstance(value, dict):
+            raise StoreError(f"{path}: table 'trials', row {id_}, column {name!r} holds a "
+                             f"{type(value).__name__}, not a JSON object",
+                             hint="the file was changed outside cubicml-lab; fix or delete "
+                                  "that row with sqlite3 (the other rows are readable)")
+    return Trial(campaign=campaign, id=id_, config=values["config"], status=status,
+                 metrics=restore(values["metrics"]), hardware=restore(values["hardware"]),
                  workload=workload, workload_version=version, created_at=created_at,
                  started_at=started_at, ended_at=ended_at, error=error)
 

@@ -11,6 +11,14 @@ workload, workload_version, created_at, started_at, ended_at, error``), the JSON
 ``config, metrics, hardware``, and the campaign's own ``campaign_workload, campaign_space,
 campaign_metadata``; CSV floats are written with ``repr`` so every bit survives. The *tidy* form
 (one column per knob, metric and hardware field) is for analysis and cannot be imported back.
+
+A CSV cell that a spreadsheet would run as a formula (one starting with ``=``, ``+``, ``-``, ``@``,
+a tab or a carriage return) is written with a ``'`` in front (OWASP's rule), and so is a cell that
+starts with ``'`` followed by one of those or by another ``'``; the import takes exactly that
+``'`` off again (:func:`csv_cell`, :func:`from_csv_cell`), so a round trip loses nothing. An
+imported trial that claims to be ``pending`` or ``running`` is stored as interrupted:
+``pending``, without a process record or start time, to be run again by its campaign; a file
+never names a process that a campaign would signal.
 The *readable* form (:func:`readable_frame`, what ``Campaign.table()`` shows) is a handful of
 those columns, with times as datetimes.
 """
@@ -254,13 +262,37 @@ def _head(path: Path) -> bytes:
         return b""
 
 
+#: First characters that make a spreadsheet read a cell as a formula (OWASP, CSV injection).
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_cell(text: str) -> str:
+    """``text`` as a CSV cell no spreadsheet runs as a formula: ``'`` in front of a cell that
+    starts with a formula character, or with ``'`` and then one of those or another ``'``.
+
+    Example:
+        >>> [csv_cell(t) for t in ("=1+2", "-3", "'=x", "'ok", "plain")]
+        ["'=1+2", "'-3", "''=x", "'ok", 'plain']
+    """
+    if text[:1] in FORMULA_STARTS or (text[:1] == "'" and text[1:2] in (*FORMULA_STARTS, "'")):
+        return "'" + text
+    return text
+
+
+def from_csv_cell(cell: str) -> str:
+    """The text :func:`csv_cell` was given (its exact inverse)."""
+    if cell[:1] == "'" and cell[1:2] in (*FORMULA_STARTS, "'"):
+        return cell[1:]
+    return cell
+
+
 def _write_csv(path: Path, rows: list[tuple[Any, ...]]) -> None:
     with path.open("w", newline="", encoding="utf-8") as fh:
         writer = csv.writer(fh)
         writer.writerow(_RAW_COLUMNS)
         for row in rows:  # repr keeps every float bit; None -> "" (error "" is stored as None)
-            writer.writerow(["" if v is None else repr(v) if isinstance(v, float) else v
-                             for v in row])
+            writer.writerow([csv_cell("" if v is None else repr(v) if isinstance(v, float)
+                                      else str(v)) for v in row])
 
 
 def _write_parquet(path: Path, rows: list[tuple[Any, ...]]) -> None:
@@ -286,6 +318,7 @@ def _read_csv(path: Path) -> tuple[list[str], list[dict[str, Any]]]:
     except csv.Error as err:
         raise StoreError(f"cannot import {path}: malformed CSV ({err})",
                          hint="fix the file, or export it again with store.export") from None
+    lines = [[from_csv_cell(cell) for cell in line] for line in lines]
     header = lines[0] if lines else []
     for number, line in enumerate(lines[1:], start=1):
         if len(line) != len(header):
@@ -367,15 +400,21 @@ def _parse_row(row: Mapping[str, Any], index: int, path: Path,
     if config is None:
         raise fail("config", "empty; a trial needs its config as JSON text")
     order, created_at = number("trial_id", "a trial id"), number("created_at")
+    hardware = json_text("hardware", _check_mapping, "{}")
+    started_at, ended_at = number("started_at"), number("ended_at")
+    if status in ("pending", "running"):  # interrupted: run again, never a process to signal
+        kept = {k: v for k, v in json.loads(hardware).items() if k != "process"}
+        hardware = _dumps(kept)
+        status, started_at, ended_at = "pending", None, None
     return {"order": index if order is None else order, "campaign": campaign, "status": status,
             "config": config,
             "metrics": json_text("metrics", lambda value, _: _check_metrics(value), "{}"),
-            "hardware": json_text("hardware", _check_mapping, "{}"),
+            "hardware": hardware,
             "workload": checked("workload", _check_text, text("workload") or "", "workload"),
             "workload_version": checked("workload_version", _check_text,
                                         text("workload_version") or "", "workload_version"),
             "created_at": time.time() if created_at is None else created_at,
-            "started_at": number("started_at"), "ended_at": number("ended_at"),
+            "started_at": started_at, "ended_at": ended_at,
             "error": text("error"),
             "campaign_workload": text("campaign_workload") or "",
             "campaign_space": json_text("campaign_space", _check_mapping, None),
