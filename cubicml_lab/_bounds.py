@@ -39,7 +39,8 @@ from typing import Any
 
 from ._params import brief
 
-__all__ = ["MAX_YAML_NODES", "check_count", "check_word", "load_yaml", "read_regular"]
+__all__ = ["MAX_YAML_NODES", "check_count", "check_regular_or_absent", "check_word", "load_yaml",
+           "read_regular"]
 
 #: Most nodes a YAML document may hold with its aliases expanded (a campaign or space file holds
 #: a few hundred).
@@ -91,6 +92,18 @@ def read_regular(path: str | os.PathLike[str], *, what: str, max_bytes: int,
         raise error(f"{what} {brief(str(path))} is more than the {max_bytes:,} bytes allowed",
                     hint=hint)
     return raw
+
+
+def check_regular_or_absent(path: str | os.PathLike[str], *, what: str,
+                            error: type[Exception], hint: str) -> None:
+    """Refuse ``path`` when it exists and is not a regular file (a FIFO, device, socket or
+    folder), which opening as a file to read or write could hang on; a missing path is fine."""
+    try:
+        info = os.stat(path)
+    except (OSError, ValueError):
+        return
+    if not stat.S_ISREG(info.st_mode):
+        raise error(f"{what} {brief(str(path))} exists and is not a regular file", hint=hint)
 
 
 def _expanded_size(root: Any, limit: int) -> int:

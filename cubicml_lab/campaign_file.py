@@ -1,14 +1,28 @@
 """Campaign files: a campaign as YAML, which ``cubicml-lab run FILE`` starts or resumes headless.
 
-A campaign file holds plain data only: the space (as :meth:`~cubicml_lab.Space.to_dict` writes
-it), the workload's name, the fixed knobs, the device, the measure options, the reference
-configuration, the launcher and searcher as descriptions
+A campaign file holds the space (as :meth:`~cubicml_lab.Space.to_dict` writes it), the
+workload's name, the fixed knobs, the device, the measure options, the reference configuration,
+the launcher and searcher as descriptions
 (:func:`~cubicml_lab.launch.describe.launcher_from_dict`,
 :func:`~cubicml_lab.search.describe.searcher_from_dict`), the store's path, the budget and how
-many trials run at once. It is read with YAML's safe loader and checked like a space (unknown
-keys, bad values, a bad space, launcher or searcher are refused naming the field); nothing in it
-is executed. :meth:`Campaign.to_yaml <cubicml_lab.Campaign.to_yaml>` writes one and
+many trials run at once. :meth:`Campaign.to_yaml <cubicml_lab.Campaign.to_yaml>` writes one and
 :meth:`Campaign.from_yaml <cubicml_lab.Campaign.from_yaml>` reads one, through this module.
+
+Loading checks everything before anything runs: the file must be a regular file of at most
+1 MiB (a FIFO or a device is refused, not read), it is parsed with YAML's safe loader with its
+aliases' expansion bounded, and unknown keys, bad values, a bad space, launcher or searcher,
+a size past its limit, or a value holding a control character are refused naming the field.
+
+**A campaign file can name programs, and those run only with your consent.** Its recipe parts
+are: a ``command`` (a user's program and its argv), a launcher interpreter other than the
+default (``python``), any launcher ``env`` (``PYTHONPATH`` alone can make Python run code of the
+file's choosing), and Slurm ``setup`` lines and ``extra_sbatch`` options (lines of the job
+script). A file holding any of them is refused, with a list of exactly what it would run
+(interpreter, variables with their values, sbatch and setup lines, argv), unless you pass
+``allow_commands=True`` (``cubicml-lab run --allow-programs FILE``, or the older
+``--allow-commands``). A file that :meth:`~cubicml_lab.Campaign.to_yaml` writes for a default
+launcher and a built-in workload names no program and loads without it. See
+``docs/threat-model.md``.
 
 Example:
     >>> import pathlib, tempfile, cubicml_lab as cml
@@ -28,12 +42,14 @@ import os
 from pathlib import Path
 from typing import Any
 
+from ._bounds import check_count, check_regular_or_absent, load_yaml, read_regular
+from ._params import brief
 from .errors import ConfigError, SpaceError
 from .space import Space
 from .store import TrialStore
 
 __all__ = ["FILE_KEYS", "campaign_from_file", "campaign_to_dict", "read_campaign_file",
-           "write_campaign_file"]
+           "recipe_of", "write_campaign_file"]
 
 #: The keys of a campaign file (``name``, ``workload`` and ``space`` are required).
 FILE_KEYS = ("name", "workload", "space", "fixed", "device", "measure_options", "reference",
@@ -42,6 +58,9 @@ FILE_KEYS = ("name", "workload", "space", "fixed", "device", "measure_options", 
 COMMAND_KEYS = ("argv", "env", "config_file", "config_keys", "metrics", "units", "cwd",
                 "timeout_s", "stall_s", "grace_s", "config_name", "config_template")
 _MAX_BYTES = 1 << 20
+_READ_HINT = "pass the path of a YAML file (Campaign.to_yaml writes one)"
+#: Most trials a file's ``budget`` asks for, and most at once (``parallel``).
+MAX_BUDGET, MAX_PARALLEL = 1_000_000, 1024
 
 
 def campaign_to_dict(camp: Any, budget: int | None = None,
@@ -103,13 +122,22 @@ def _file_command(path: str | os.PathLike[str], data: dict[str, Any]) -> Any:
                           hint=getattr(err, "hint", None) or "see Command's arguments") from None
 
 
-def _consent(path: str | os.PathLike[str], command: Any, space: Space,
-             fixed: Any) -> None:
-    """Refuse a file that names a program, listing what it would run."""
-    shown = command.bind(space, fixed).describe()
-    raise ConfigError(f"{path} runs a program of its own; it would run:\n{shown}",
-                      hint="run it only if you trust the file: cubicml-lab run --allow-commands "
-                           f"{path} (Campaign.from_yaml(path, allow_commands=True))")
+def recipe_of(command: Any, launcher: Any, space: Space, fixed: Any) -> list[str]:
+    """What a campaign would run besides the lab's own trial worker, one part per item: the
+    command (its argv template and a rendered argv) and the launcher's recipe
+    (:meth:`~cubicml_lab.launch.base.Launcher.recipe`). Empty when it names no program."""
+    parts = [] if command is None else ["command: " + command.bind(space, fixed).describe()]
+    return parts + launcher.recipe()
+
+
+def _consent(path: str | os.PathLike[str], parts: list[str]) -> None:
+    """Refuse a file that names programs, listing what it would run."""
+    shown = "\n".join("  " + part.replace("\n", "\n    ") for part in parts)
+    raise ConfigError(f"{path} names programs to run, and nothing in it runs without your "
+                      f"consent; it would run:\n{shown}",
+                      hint="run it only if you trust the file: cubicml-lab run --allow-programs "
+                           f"{path} (or --allow-commands; in Python "
+                           "Campaign.from_yaml(path, allow_commands=True))")
 
 
 def write_campaign_file(camp: Any, path: str | os.PathLike[str], budget: int | None = None,
@@ -137,7 +165,6 @@ def campaign_from_file(cls: type, path: str | os.PathLike[str],
     Raises:
         ConfigError, SpaceError, StoreError: What is wrong, with the file's path.
     """
-    from .launch.describe import launcher_from_dict
     from .search.describe import searcher_from_dict
 
     data = read_campaign_file(path)
@@ -146,22 +173,42 @@ def campaign_from_file(cls: type, path: str | os.PathLike[str],
     except SpaceError as err:
         raise SpaceError(f"{path}: space: {err.message}", hint=err.hint or "") from None
     command = _file_command(path, data)
-    if command is not None and not allow_commands:
-        _consent(path, command, space, data.get("fixed"))
+    launcher = _file_launcher(path, data.get("launcher") or {"kind": "subprocess"})
+    parts = recipe_of(command, launcher, space, data.get("fixed"))
+    if parts and not allow_commands:
+        _consent(path, parts)
+    sizes = {"budget": _size(path, data, "budget", None, MAX_BUDGET),
+             "parallel": _size(path, data, "parallel", 1, MAX_PARALLEL)}
+    store = data.get("store") or "data/lab.sqlite"
+    if isinstance(store, str):
+        check_regular_or_absent(store, what=f"{path}: store", error=ConfigError,
+                                hint="name an SQLite file, or a new path")
     camp = cls(str(data["name"]), space, workload=command or data["workload"],
-               launcher=launcher_from_dict(data.get("launcher") or {"kind": "subprocess"}),
-               searcher=searcher_from_dict(space, data.get("searcher") or {}),
-               store=TrialStore(data.get("store") or "data/lab.sqlite"),
+               launcher=launcher, searcher=searcher_from_dict(space, data.get("searcher") or {}),
+               store=TrialStore(store),
                device=data.get("device") or "cpu", measure_options=data.get("measure_options"),
                fixed=data.get("fixed"), reference=data.get("reference"))
-    for key, default in (("budget", None), ("parallel", 1)):
-        value = data.get(key, default)
-        if value is not None and (not isinstance(value, int) or isinstance(value, bool)
-                                  or value < 1):
-            raise ConfigError(f"{path}: {key} = {value!r} must be a positive int",
-                              hint=f"e.g. {key}: {12 if key == 'budget' else 1}")
+    for key, value in sizes.items():
         setattr(camp, key, value)
     return camp
+
+
+def _size(path: str | os.PathLike[str], data: dict[str, Any], key: str, default: int | None,
+          high: int) -> int | None:
+    """The file's ``budget`` or ``parallel``: None (run's default) or an int in 1..``high``."""
+    value = data.get(key, default)
+    return None if value is None else check_count(f"{path}: {key}", value, high=high,
+                                                  error=ConfigError)
+
+
+def _file_launcher(path: str | os.PathLike[str], entry: Any) -> Any:
+    """The file's launcher, its errors prefixed with the file's path."""
+    from .launch.describe import launcher_from_dict
+
+    try:
+        return launcher_from_dict(entry)
+    except ConfigError as err:
+        raise ConfigError(f"{path}: {err.message}", hint=err.hint) from None
 
 
 def read_campaign_file(path: str | os.PathLike[str]) -> dict[str, Any]:
@@ -171,22 +218,13 @@ def read_campaign_file(path: str | os.PathLike[str]) -> dict[str, Any]:
         ConfigError: The file cannot be read, is too big, is not UTF-8 YAML or not a mapping,
             has unknown keys or lacks a required one, or a mapping key holds something else.
     """
-    import yaml
-
+    raw = read_regular(path, what="campaign file", max_bytes=_MAX_BYTES, error=ConfigError,
+                       hint=_READ_HINT)
     try:
-        raw = Path(path).read_bytes()
-    except OSError as err:
-        raise ConfigError(f"cannot read campaign file {path}: {err.strerror or err}",
-                          hint="pass the path of a YAML file (Campaign.to_yaml writes one)") \
-            from None
-    if len(raw) > _MAX_BYTES:
-        raise ConfigError(f"{path}: {len(raw):,} bytes, more than a campaign file's 1 MiB",
-                          hint="a campaign file holds a space and a few options")
-    try:
-        data = yaml.safe_load(raw.decode("utf-8"))
-    except (UnicodeDecodeError, yaml.YAMLError, RecursionError) as err:
-        raise ConfigError(f"{path}: not UTF-8 YAML ({str(err).splitlines()[0][:160]})",
-                          hint="fix the file") from None
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"{path}: not UTF-8 YAML ({err})", hint="fix the file") from None
+    data = load_yaml(text, what=str(path), error=ConfigError)
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: a campaign file is a mapping, got {type(data).__name__}",
                           hint="keys: " + ", ".join(FILE_KEYS))
@@ -199,6 +237,6 @@ def read_campaign_file(path: str | os.PathLike[str]) -> dict[str, Any]:
                                "required)")
     for key in ("fixed", "measure_options", "reference"):
         if data.get(key) is not None and not isinstance(data[key], dict):
-            raise ConfigError(f"{path}: {key} must be a mapping, got {data[key]!r:.80}",
+            raise ConfigError(f"{path}: {key} must be a mapping, got {brief(data[key])}",
                               hint=f"e.g. {key}: {{}}")
     return data

@@ -6,16 +6,29 @@
 ``cubicml-lab report CAMPAIGN`` prints a stored campaign's trials and best configuration;
 ``cubicml-lab export CAMPAIGN PATH`` writes its raw trials to CSV or Parquet.
 Errors from the library print as one clear message (and exit code 2), not a traceback; Ctrl-C
-prints one line (what the campaign stopped and re-queued) and exits with code 130.
+prints one line (what the campaign stopped and re-queued) and exits with code 130, in every
+subcommand and at any moment once ``main`` runs (a second Ctrl-C, or one while the interpreter
+shuts down, exits at once with the same line).
+
+What the command reads and writes is checked first: a campaign file must be a regular file
+(a FIFO or ``/dev/zero`` is refused, never read), a ``--store`` or an export target that exists
+must be a regular file, and a campaign file that names programs of its own (a command, an
+interpreter, environment variables, Slurm setup lines or sbatch options) is refused with the
+list of what it would run unless ``--allow-programs`` (or ``--allow-commands``) is given; see
+``docs/threat-model.md``.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import sys
+import threading
 from collections.abc import Sequence
 
-from .errors import CubicMLError
+from ._bounds import check_regular_or_absent
+from .errors import CubicMLError, StoreError
 
 __all__ = ["main"]
 
@@ -45,9 +58,12 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--budget", type=int, default=None, help="finished trials (default: the file's)")
     run.add_argument("--parallel", type=int, default=None, help="trials at once (default: the file's)")
     run.add_argument("--no-progress", action="store_true", help="hide the progress bar")
-    run.add_argument("--allow-commands", action="store_true",
-                     help="run the program the file's command names (without this flag such a "
-                          "file is checked, what it would run is listed, and nothing runs)")
+    run.add_argument("--allow-programs", "--allow-commands", dest="allow_commands",
+                     action="store_true",
+                     help="run the programs the file names: its command, a launcher's own "
+                          "interpreter, environment variables, Slurm setup lines and sbatch "
+                          "options (without this flag such a file is checked, what it would "
+                          "run is listed, and nothing runs)")
 
     report = sub.add_parser("report", help="print a stored campaign's trials and best configuration")
     report.add_argument("campaign")
@@ -92,37 +108,83 @@ def _report(campaign: str, store_path: str) -> None:
                   f"{objective} = {best[objective]:,.1f}")
 
 
+def _checked_paths(args: argparse.Namespace) -> None:
+    """Refuse a ``--store`` or an export target that exists and is not a regular file (opening
+    a FIFO or a device would hang)."""
+    hint = "pass the path of a regular file, or of one that does not exist yet"
+    if getattr(args, "store", None):
+        check_regular_or_absent(args.store, what="--store", error=StoreError, hint=hint)
+    if args.command == "export":
+        check_regular_or_absent(args.path, what="export target", error=StoreError, hint=hint)
+
+
+def _dispatch(args: argparse.Namespace) -> None:
+    _checked_paths(args)
+    if args.command == "demo":
+        from .demo import run_demo
+
+        run_demo(args.budget, args.store, args.out, campaign=args.campaign, seed=args.seed,
+                 launcher=args.launcher, progress=not args.no_progress,
+                 max_time_s=args.max_time_s, wait_for_idle_s=args.wait_for_idle_s,
+                 **({} if args.processes is None else {"processes": args.processes}))
+    elif args.command == "run":
+        from .campaign import Campaign
+
+        camp = Campaign.from_yaml(args.file, allow_commands=args.allow_commands)
+        camp.run(args.budget, args.parallel, progress=not args.no_progress)
+        print(camp)
+    elif args.command == "report":
+        _report(args.campaign, args.store)
+    elif args.command == "export":
+        from .store import TrialStore
+
+        with TrialStore(args.store) as store:
+            path = store.export(args.path, campaign=args.campaign)
+        print(f"wrote {path}")
+
+
+def _exit_on_interrupt(name: str) -> None:
+    """From now on, Ctrl-C prints ``name: interrupted`` and exits 130 at once (while an error
+    is printed, or while the interpreter shuts down and joins its threads)."""
+    def stop(signum: int, frame: object) -> None:
+        try:
+            sys.stdout.flush()
+        except (OSError, ValueError):
+            pass
+        os.write(2, f"{name}: interrupted\n".encode())
+        os._exit(130)
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, stop)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``cubicml-lab`` command; returns the exit code."""
-    args = _parser().parse_args(argv)
+    """Entry point of the ``cubicml-lab`` command; returns the exit code.
+
+    Called as the program (``argv`` None), a Ctrl-C after ``main`` returns, while the
+    interpreter shuts down, still exits 130 with one line; called with ``argv`` (from Python),
+    the caller's SIGINT handler is put back on return.
+    """
+    name = "cubicml-lab"
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.getsignal(signal.SIGINT) if main_thread else None
     try:
-        if args.command == "demo":
-            from .demo import run_demo
-
-            run_demo(args.budget, args.store, args.out, campaign=args.campaign, seed=args.seed,
-                     launcher=args.launcher, progress=not args.no_progress,
-                     max_time_s=args.max_time_s, wait_for_idle_s=args.wait_for_idle_s,
-                     **({} if args.processes is None else {"processes": args.processes}))
-        elif args.command == "run":
-            from .campaign import Campaign
-
-            camp = Campaign.from_yaml(args.file, allow_commands=args.allow_commands)
-            camp.run(args.budget, args.parallel, progress=not args.no_progress)
-            print(camp)
-        elif args.command == "report":
-            _report(args.campaign, args.store)
-        elif args.command == "export":
-            from .store import TrialStore
-
-            with TrialStore(args.store) as store:
-                path = store.export(args.path, campaign=args.campaign)
-            print(f"wrote {path}")
+        args = _parser().parse_args(argv)
+        name = f"cubicml-lab {args.command}"
+        _dispatch(args)
     except CubicMLError as err:
-        print(f"cubicml-lab {args.command}: error: {err}", file=sys.stderr)
+        _exit_on_interrupt(name)
+        print(f"{name}: error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as err:  # Ctrl-C: the campaign re-queued its trials first
-        print(f"cubicml-lab {args.command}: {err or 'interrupted'}", file=sys.stderr)
+        _exit_on_interrupt(name)
+        print(f"{name}: {err or 'interrupted'}", file=sys.stderr)
         return 130  # 128 + SIGINT, as a shell reports a program Ctrl-C ended
+    finally:
+        if argv is None:
+            _exit_on_interrupt(name)
+        elif main_thread and previous is not None:
+            signal.signal(signal.SIGINT, previous)
     return 0
 
 

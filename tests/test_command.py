@@ -354,7 +354,7 @@ def test_cli_runs_a_command_only_with_consent(tmp_path, capsys):
     path = _campaign_file(tmp_path, [sys.executable, TOY, "steps", "{config_file}"])
     assert main(["run", str(path), "--no-progress"]) == 2
     err = capsys.readouterr().err
-    assert "runs a program of its own; it would run" in err and "toy_job.py" in err
+    assert "names programs to run" in err and "it would run" in err and "toy_job.py" in err
     assert "--allow-commands" in err and not (tmp_path / "lab.sqlite").exists()
     assert main(["run", str(path), "--no-progress", "--allow-commands"]) == 0
     with cml.TrialStore(tmp_path / "lab.sqlite") as store:

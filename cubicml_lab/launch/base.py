@@ -17,14 +17,23 @@ The spec, shared by every launcher and by ``python -m cubicml_lab.launch.worker`
      "measure": {"max_time_s": 1.0},         # optional MeasureOptions fields
      "command": {...}}                       # a user's command (Command.to_spec()), optional
 
+Limits every launcher checks its sizes against when it is built (:func:`local_process_limit`,
+:data:`MAX_PROCS_PER_NODE`, :data:`MAX_NODES`), and :meth:`Launcher.recipe`: what a launcher runs
+besides the lab's own trial worker (an interpreter of its own, environment variables, Slurm setup
+lines and sbatch options), which a campaign file may name only with the user's consent (see
+``docs/threat-model.md``).
+
 This module imports no torch.
 """
 
 from __future__ import annotations
 
 import abc
+import glob
 import json
-from collections.abc import Callable
+import os
+import shlex
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
@@ -32,7 +41,13 @@ from ..errors import ConfigError
 if TYPE_CHECKING:
     from ..trials import TrialResult
 
-__all__ = ["Launcher", "check_spec"]
+__all__ = ["MAX_NODES", "MAX_PROCS_PER_NODE", "Launcher", "check_spec", "local_process_limit",
+           "recipe_lines", "sbatch_line"]
+
+#: Most processes one node may run for a trial: a generous cap for a cluster's largest nodes.
+MAX_PROCS_PER_NODE = 1024
+#: Most nodes one trial may span.
+MAX_NODES = 4096
 
 _SPEC_KEYS = ("workload", "config", "device", "measure", "command")
 
@@ -133,3 +148,64 @@ class Launcher(abc.ABC):
         options = {k: v for k, v in self.describe().items() if k != "kind"}
         args = ", ".join(f"{k}={v!r}" for k, v in options.items())
         return f"{type(self).__name__}({args})"
+
+    def recipe(self) -> list[str]:
+        """What this launcher runs besides the lab's own trial worker, one line each: an
+        interpreter of its own, environment variables with their values, Slurm setup lines and
+        sbatch options. Empty for a launcher with default options. A campaign file that names
+        any of these is run only with the user's consent (``cubicml-lab run --allow-programs``).
+
+        Example:
+            >>> from cubicml_lab.launch import Subprocess
+            >>> Subprocess(env={"OMP_NUM_THREADS": "2"}).recipe()
+            ['launcher.env: OMP_NUM_THREADS=2']
+        """
+        return recipe_lines(self.describe())
+
+
+def recipe_lines(description: Mapping[str, Any], where: str = "launcher") -> list[str]:
+    """The recipe parts of a launcher description (``Launcher.describe()``, nested launchers
+    included), one line each, prefixed by where they sit (``launcher.env``, ...)."""
+    lines = []
+    if description.get("python") is not None:
+        lines.append(f"{where}.python: runs the trials with the interpreter "
+                     f"{shlex.quote(str(description['python']))}")
+    for key, value in (description.get("env") or {}).items():
+        lines.append(f"{where}.env: {key}={shlex.quote(str(value))}")
+    for key, value in (description.get("extra_sbatch") or {}).items():
+        lines.append(f"{where}.extra_sbatch: {sbatch_line(key, value)}")
+    for line in description.get("setup") or []:
+        lines.append(f"{where}.setup: runs the shell line {line}")
+    inner = description.get("launcher")
+    if isinstance(inner, Mapping):
+        lines += recipe_lines(inner, f"{where}.launcher")
+    return lines
+
+
+def sbatch_line(key: str, value: Any) -> str:
+    """The ``#SBATCH`` line an option becomes, as submitit writes it (``True``: a bare flag;
+    otherwise the value as one quoted word)."""
+    flag = f"#SBATCH --{key.replace('_', '-')}"
+    return flag if value is True else f"{flag}={shlex.quote(str(value))}"
+
+
+def _gpus_visible() -> int:
+    """GPUs this process may see, without importing torch: ``CUDA_VISIBLE_DEVICES`` when set,
+    else the NVIDIA device files."""
+    named = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if named is not None:
+        return len([d for d in named.split(",") if d.strip() and not d.strip().startswith("-")])
+    return len(glob.glob("/dev/nvidia[0-9]*"))
+
+
+def local_process_limit() -> tuple[int, str]:
+    """Most processes a trial may start on this machine, and why, for a size check's message:
+    the larger of 8, four per CPU core this process may use, and one per visible GPU, at most
+    :data:`MAX_PROCS_PER_NODE`."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") \
+        else (os.cpu_count() or 1)
+    gpus = _gpus_visible()
+    limit = min(MAX_PROCS_PER_NODE, max(8, 4 * cores, gpus))
+    return limit, (f"this machine lets this process use {cores} CPU core(s) and shows {gpus} "
+                   f"GPU(s): a job on it runs at most max(8, 4 per core, 1 per GPU) = {limit} "
+                   "processes")

@@ -25,13 +25,16 @@ Example:
 
 from __future__ import annotations
 
+import itertools
 import os
 import threading
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from .._bounds import check_count
+from .._params import brief
 from ..errors import ConfigError
-from .base import Launcher
+from .base import MAX_PROCS_PER_NODE, Launcher, local_process_limit
 from .subprocess import Subprocess
 from .torchrun import Torchrun
 
@@ -53,6 +56,25 @@ def _machine_devices(kind: str) -> list[int]:
     return list(range(torch.cuda.device_count()))
 
 
+def _device_ids(devices: Sequence[int] | None, kind: str) -> list[int]:
+    """The pool's device ids: ``devices`` (at most :data:`MAX_PROCS_PER_NODE` of them, each a
+    distinct int below it, read no further than that) or the machine's."""
+    if devices is None:
+        return _machine_devices(kind)
+    try:
+        ids = list(itertools.islice(devices, MAX_PROCS_PER_NODE + 1))
+    except TypeError:
+        ids = [devices]  # type: ignore[list-item]  # not iterable: refused below
+    if len(ids) > MAX_PROCS_PER_NODE:
+        raise ConfigError(f"LocalPool devices: more than {MAX_PROCS_PER_NODE} ids, the most one "
+                          "machine holds", hint="e.g. devices=[0, 1]")
+    if not all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i < MAX_PROCS_PER_NODE
+               for i in ids) or len(set(ids)) != len(ids):
+        raise ConfigError(f"LocalPool devices = {brief(ids)} must be distinct ints from 0 to "
+                          f"{MAX_PROCS_PER_NODE - 1}", hint="e.g. devices=[0, 1]")
+    return ids
+
+
 class LocalPool(Launcher):
     """Run trials side by side on this machine, each pinned to its own cores or GPUs.
 
@@ -71,8 +93,9 @@ class LocalPool(Launcher):
         slots: Trials that can run at once: ``len(devices) // devices_per_trial``.
 
     Raises:
-        ConfigError: Fewer devices than one trial needs, or a bad option; the message says how
-            many there are.
+        ConfigError: Fewer devices than one trial needs, a size past what this machine holds
+            (:func:`~cubicml_lab.launch.base.local_process_limit`; at most 1024 device ids),
+            or a bad option; the message says how many there are and which limit.
     """
 
     def __init__(self, devices_per_trial: int = 1, *, device: str = "cpu",
@@ -80,22 +103,18 @@ class LocalPool(Launcher):
                  timeout_s: float = 600, memory_limit_gib: float | None = None,
                  python: str | os.PathLike[str] | None = None,
                  env: dict[str, str] | None = None) -> None:
-        for name, value in (("devices_per_trial", devices_per_trial),
-                            ("nproc_per_node", nproc_per_node)):
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ConfigError(f"LocalPool {name} = {value!r} must be an int >= 1",
-                                  hint=f"e.g. {name}=1")
+        limit, why = local_process_limit()
+        devices_per_trial = check_count("LocalPool devices_per_trial", devices_per_trial,
+                                        high=limit, error=ConfigError, why=why)
+        nproc_per_node = check_count("LocalPool nproc_per_node", nproc_per_node, high=limit,
+                                     error=ConfigError, why=why)
         if device not in ("cpu", "cuda"):
-            raise ConfigError(f"LocalPool device = {device!r} is not 'cpu' or 'cuda'",
+            raise ConfigError(f"LocalPool device = {brief(device)} is not 'cpu' or 'cuda'",
                               hint="device='cpu' pins cores, device='cuda' pins GPUs")
-        ids = list(devices) if devices is not None else _machine_devices(device)
-        if not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids) \
-                or len(set(ids)) != len(ids):
-            raise ConfigError(f"LocalPool devices = {ids!r} must be distinct ints >= 0",
-                              hint="e.g. devices=[0, 1]")
+        ids = _device_ids(devices, device)
         n = len(ids) // devices_per_trial
         if n < 1:
-            raise ConfigError(f"LocalPool: {len(ids)} {device} device(s) {ids}, fewer than "
+            raise ConfigError(f"LocalPool: {len(ids)} {device} device(s) {brief(ids)}, fewer than "
                               f"devices_per_trial = {devices_per_trial}",
                               hint=f"use devices_per_trial <= {max(1, len(ids))}")
         self.device = device

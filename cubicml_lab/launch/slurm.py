@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import re
 import signal
@@ -49,8 +50,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .._bounds import check_count, check_word
+from .._params import brief
 from ..errors import ConfigError, DependencyError, LaunchError
-from .base import Launcher, check_spec
+from .base import MAX_NODES, MAX_PROCS_PER_NODE, Launcher, check_spec
 
 if TYPE_CHECKING:
     from ..trials import TrialResult
@@ -67,6 +70,11 @@ _OOM_LINE = re.compile(r"oom-kill event|out of memory|exceeded (?:job|step) memo
 _SACCT_PATIENCE_S = 300.0  # a job whose state sacct cannot tell for this long is an error
 RESULT_FILE = "cubicml_result.json"  # in the job's folder, written by task 0
 REQUEUED_FILE = "cubicml_requeued_as.json"  # in a failed job's folder: the job that replaced it
+_SBATCH_OPTION = re.compile(r"[A-Za-z][A-Za-z0-9_-]*")  # an sbatch long option's name
+_MAX_LINES = 1000  # setup lines, extra sbatch options
+_MAX_MINUTES = 366 * 24 * 60  # a job's time limit: a year
+_MAX_CPUS = 65536  # CPUs per node
+_MAX_MEM_GIB = float(1 << 20)  # memory per node: 1 PiB
 
 
 def _submitit() -> Any:
@@ -117,20 +125,58 @@ def _torchrun_task(spec: dict[str, Any], plan: dict[str, Any], rank: int) -> Tri
     return agent.run(spec)
 
 
-def _int(name: str, value: Any, low: int, *, none_ok: bool = False) -> Any:
+def _int(name: str, value: Any, low: int, high: int, *, none_ok: bool = False,
+         why: str = "") -> Any:
     if value is None and none_ok:
         return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise ConfigError(f"Slurm {name} = {value!r} must be an integer >= {low}",
-                          hint=f"e.g. Slurm({name}={max(low, 1)})")
-    return value
+    return check_count(f"Slurm {name}", value, low=low, high=high, error=ConfigError, why=why)
 
 
-def _str_or_none(name: str, value: Any) -> str | None:
-    if value is not None and not (isinstance(value, str) and value):
-        raise ConfigError(f"Slurm {name} = {value!r} must be a non-empty string or None",
+def _word(name: str, value: Any, *, none_ok: bool = True) -> str | None:
+    """A value that becomes a word of the sbatch script: a non-empty str with no control
+    character (submitit quotes it where it becomes a word)."""
+    if value is None and none_ok:
+        return None
+    if not check_word(f"Slurm {name}", value, error=ConfigError):
+        raise ConfigError(f"Slurm {name} = '' must be a non-empty string or None",
                           hint=f"e.g. Slurm({name}='gpu') or leave it out")
     return value
+
+
+def _extra_sbatch(options: Any) -> dict[str, Any]:
+    """``extra_sbatch`` checked: option names as sbatch spells them, values that stay on their
+    ``#SBATCH`` line (a str without control characters, a number, or ``True`` for a flag)."""
+    if options is None:
+        return {}
+    if not isinstance(options, dict):
+        raise ConfigError(f"Slurm extra_sbatch = {brief(options)} must be a dict of sbatch "
+                          "options", hint='e.g. {"constraint": "a100"}')
+    _int("extra_sbatch (number of options)", len(options), 0, _MAX_LINES)
+    for key, value in options.items():
+        if not (isinstance(key, str) and _SBATCH_OPTION.fullmatch(key)):
+            raise ConfigError(f"Slurm extra_sbatch: {brief(key)} is not an sbatch option name",
+                              hint="letters, digits, - and _, e.g. constraint or mail_type")
+        if isinstance(value, str):
+            _word(f"extra_sbatch[{key!r}]", value)
+        elif value is not True and (isinstance(value, bool) or not isinstance(
+                value, (int, float)) or not math.isfinite(value)):
+            raise ConfigError(f"Slurm extra_sbatch[{key!r}] = {brief(value)} must be a string, "
+                              "a number or True (a flag)", hint='e.g. {"exclusive": True}')
+    return dict(options)
+
+
+def _setup(lines: Any) -> list[str]:
+    """``setup`` checked: a list of shell lines, each one line (no control character)."""
+    if lines is None:
+        return []
+    if not isinstance(lines, list):
+        raise ConfigError(f"Slurm setup = {brief(lines)} must be a list of shell lines",
+                          hint='e.g. ["module load cuda", "conda activate lab"]')
+    _int("setup (number of lines)", len(lines), 0, _MAX_LINES)
+    for i, line in enumerate(lines):
+        check_word(f"Slurm setup[{i}]", line, error=ConfigError,
+                   hint="one shell line per item, e.g. \"module load cuda\"")
+    return list(lines)
 
 
 class Slurm(Launcher):
@@ -150,11 +196,21 @@ class Slurm(Launcher):
             nproc_per_node > 1``; on GPUs one per GPU).
         tasks_per_node: srun tasks per node, each a torchrun agent with ``nproc_per_node /
             tasks_per_node`` workers (default 1: one agent per node).
-        extra_sbatch: Further sbatch options, e.g. ``{"constraint": "a100"}``.
-        setup: Shell lines run before the trial, e.g. ``["module load cuda"]``.
+        extra_sbatch: Further sbatch options, e.g. ``{"constraint": "a100"}``: names of
+            letters, digits, ``-`` and ``_``; values a string, a number or ``True`` (a flag).
+        setup: Shell lines run before the trial, e.g. ``["module load cuda"]``: a recipe,
+            which a campaign file names only with the user's consent.
         folder: Where submitit writes job scripts, logs and results (one folder per job id).
         max_requeue: Times a trial is submitted again after ``NODE_FAIL`` or ``PREEMPTED``.
         poll_s: Seconds between two ``sacct`` queries while a job runs.
+
+    Every value that becomes part of the generated sbatch script (partition, account, qos,
+    folder, extra options, setup lines) is refused here if it holds a control character (a
+    line break would start a line of its own), and submitit quotes each option's value as one
+    word; every count is bounded (nodes 4096, processes or GPUs per node 1024).
+
+    Raises:
+        ConfigError: A bad or out-of-range option; the message names it and the limit.
 
     Example:
         >>> Slurm(partition="gpu", time_limit_min=30, mem_gib=16).describe()["partition"]
@@ -169,41 +225,40 @@ class Slurm(Launcher):
                  setup: list[str] | None = None,
                  folder: str | Path = "runs/slurm", max_requeue: int = 2,
                  poll_s: float = 1.0) -> None:
-        self.partition = _str_or_none("partition", partition)
-        self.account = _str_or_none("account", account)
-        self.qos = _str_or_none("qos", qos)
-        self.time_limit_min = _int("time_limit_min", time_limit_min, 1)
-        self.nodes = _int("nodes", nodes, 1)
-        self.gpus_per_node = _int("gpus_per_node", gpus_per_node, 0)
-        self.cpus_per_node = _int("cpus_per_node", cpus_per_node, 1, none_ok=True)
-        self.nproc_per_node = _int("nproc_per_node", nproc_per_node, 1)
-        self.tasks_per_node = _int("tasks_per_node", tasks_per_node, 1)
-        self.max_requeue = _int("max_requeue", max_requeue, 0)
+        self.partition = _word("partition", partition)
+        self.account = _word("account", account)
+        self.qos = _word("qos", qos)
+        self.time_limit_min = _int("time_limit_min", time_limit_min, 1, _MAX_MINUTES,
+                                   why="a year")
+        self.nodes = _int("nodes", nodes, 1, MAX_NODES)
+        self.gpus_per_node = _int("gpus_per_node", gpus_per_node, 0, MAX_PROCS_PER_NODE)
+        self.cpus_per_node = _int("cpus_per_node", cpus_per_node, 1, _MAX_CPUS, none_ok=True)
+        self.nproc_per_node = _int("nproc_per_node", nproc_per_node, 1, MAX_PROCS_PER_NODE,
+                                   why="the most one cluster node may run")
+        self.tasks_per_node = _int("tasks_per_node", tasks_per_node, 1, self.nproc_per_node,
+                                   why="at most one task per process")
+        self.max_requeue = _int("max_requeue", max_requeue, 0, 100)
         if self.nproc_per_node % self.tasks_per_node:
             raise ConfigError(
                 f"Slurm nproc_per_node = {nproc_per_node} must be a multiple of tasks_per_node = "
                 f"{tasks_per_node}", hint="each srun task starts the same number of workers, "
                 "e.g. nproc_per_node=8, tasks_per_node=1")
         if mem_gib is not None and (isinstance(mem_gib, bool) or not isinstance(
-                mem_gib, (int, float)) or not mem_gib > 0):
-            raise ConfigError(f"Slurm mem_gib = {mem_gib!r} must be a number > 0 or None",
-                              hint="e.g. Slurm(mem_gib=16)")
+                mem_gib, (int, float)) or not 0 < mem_gib <= _MAX_MEM_GIB):
+            raise ConfigError(f"Slurm mem_gib = {brief(mem_gib)} must be a number in "
+                              f"(0, {_MAX_MEM_GIB:,.0f}] or None", hint="e.g. Slurm(mem_gib=16)")
         self.mem_gib = mem_gib
-        if extra_sbatch is not None and not (isinstance(extra_sbatch, dict) and all(
-                isinstance(k, str) for k in extra_sbatch)):
-            raise ConfigError(f"Slurm extra_sbatch = {extra_sbatch!r:.80} must be a dict of "
-                              "sbatch options", hint='e.g. {"constraint": "a100"}')
-        self.extra_sbatch = dict(extra_sbatch or {})
-        if setup is not None and not (isinstance(setup, list) and all(
-                isinstance(s, str) for s in setup)):
-            raise ConfigError(f"Slurm setup = {setup!r:.80} must be a list of shell lines",
-                              hint='e.g. ["module load cuda", "conda activate lab"]')
-        self.setup = list(setup or [])
-        if isinstance(poll_s, bool) or not isinstance(poll_s, (int, float)) or poll_s <= 0:
-            raise ConfigError(f"Slurm poll_s = {poll_s!r} must be a number > 0",
+        self.extra_sbatch = _extra_sbatch(extra_sbatch)
+        self.setup = _setup(setup)
+        if isinstance(poll_s, bool) or not isinstance(poll_s, (int, float)) \
+                or not 0 < poll_s < math.inf:
+            raise ConfigError(f"Slurm poll_s = {brief(poll_s)} must be a number > 0",
                               hint="e.g. poll_s=1")
         self.poll_s = float(poll_s)
-        self.folder = Path(folder)
+        if not isinstance(folder, (str, os.PathLike)):
+            raise ConfigError(f"Slurm folder = {brief(folder)} must be a path",
+                              hint="e.g. folder='runs/slurm'")
+        self.folder = Path(str(_word("folder", os.fspath(folder), none_ok=False)))
         self._lock = threading.Lock()
         self._jobs: dict[str, Any] = {}
 
@@ -330,9 +385,26 @@ class Slurm(Launcher):
             marker.parent.mkdir(parents=True, exist_ok=True)
             marker.write_text(json.dumps({"job_id": str(job.job_id), "attempt": attempt}))
 
-    def _submit(self, spec: dict[str, Any]) -> Any:
+    def _executor(self) -> Any:
+        """submitit's Slurm executor with this launcher's sbatch parameters."""
         executor = _submitit().SlurmExecutor(folder=self.folder / "%j", max_num_timeout=0)
         executor.update_parameters(**self.sbatch_parameters())
+        return executor
+
+    def sbatch_script(self) -> str:
+        """The sbatch script a trial's job is submitted with, as submitit writes it (the job id
+        left as ``%j``); nothing is submitted.
+
+        Example:
+            >>> script = Slurm(partition="gpu", setup=["module load cuda"]).sbatch_script()
+            >>> [line for line in script.splitlines() if "partition" in line or "module" in line]
+            ['#SBATCH --partition=gpu', 'module load cuda']
+        """
+        executor = self._executor()
+        return executor._make_submission_file_text(executor._submitit_command_str, "preview")
+
+    def _submit(self, spec: dict[str, Any]) -> Any:
+        executor = self._executor()
         plan = {"world_size": self.world_size, "folder": str(self.folder.resolve()),
                 "procs_per_task": self.nproc_per_node // self.tasks_per_node,
                 "timeout_s": self.time_limit_min * 60}

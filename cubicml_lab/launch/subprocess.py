@@ -54,6 +54,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .._bounds import check_word
+from .._params import brief
 from ..errors import ConfigError, MeasurementError
 from .base import Launcher, check_spec
 from .guarded import GuardedProcess
@@ -62,7 +64,7 @@ from .process import new_trial_dir
 if TYPE_CHECKING:
     from ..trials import TrialResult
 
-__all__ = ["Subprocess", "log_tail"]
+__all__ = ["Subprocess", "check_env", "check_python", "log_tail"]
 
 _TERM_GRACE_S = 5.0  # seconds between SIGTERM and SIGKILL on a timeout
 _RESULT_GRACE_S = 15.0  # seconds a job may take to exit once a result is written
@@ -72,19 +74,49 @@ _MEMORY_WORDS = re.compile(
     r"memory allocation|failed to map segment",
     re.IGNORECASE,
 )
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # the directory holding cubicml_lab/
+
+
+def check_python(owner: str, python: Any) -> str | None:
+    """``python`` (an interpreter path, or None for the one running this code) as a str with no
+    control character; ``owner`` names the launcher in the message."""
+    if python is None:
+        return None
+    path = os.fspath(python) if isinstance(python, (str, os.PathLike)) else None
+    if not isinstance(path, str) or not path:
+        raise ConfigError(f"{owner} python = {brief(python)} is not a path",
+                          hint="pass the path of a Python executable, or leave it out")
+    return check_word(f"{owner} python", path, error=ConfigError,
+                      hint="pass the path of a Python executable, or leave it out")
+
+
+def check_env(owner: str, env: Any) -> dict[str, str]:
+    """``env`` as a dict of variable names (letters, digits, ``_``) to values with no control
+    character; ``owner`` names the launcher in the message."""
+    env = {} if env is None else env
+    if not isinstance(env, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
+        raise ConfigError(f"{owner} env must map str to str, got {brief(env)}",
+                          hint='write every value as a string, e.g. {"OMP_NUM_THREADS": "2"}')
+    for key, value in env.items():
+        if not _ENV_NAME.fullmatch(key):
+            raise ConfigError(f"{owner} env: {brief(key)} is not a variable name",
+                              hint="names are letters, digits and _, not starting with a digit")
+        check_word(f"{owner} env[{key!r}]", value, error=ConfigError)
+    return dict(env)
 
 
 def _positive(name: str, value: Any) -> float:
     """Return ``value`` as a float after checking it is a finite number > 0."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ConfigError(
-            f"Subprocess {name} must be a number, got {type(value).__name__} {value!r}",
+            f"Subprocess {name} must be a number, got {type(value).__name__} {brief(value)}",
             hint=f"pass {name} in its unit, e.g. {name}=60",
         )
     if not (math.isfinite(value) and value > 0):
         raise ConfigError(
-            f"Subprocess {name} = {value!r} must be finite and > 0",
+            f"Subprocess {name} = {brief(value)} must be finite and > 0",
             hint=f"pass a positive {name}",
         )
     return float(value)
@@ -122,21 +154,8 @@ class Subprocess(Launcher):
         self.memory_limit_gib = (
             None if memory_limit_gib is None else _positive("memory_limit_gib", memory_limit_gib)
         )
-        if python is not None and not isinstance(python, (str, os.PathLike)):
-            raise ConfigError(
-                f"Subprocess python must be a path, got {type(python).__name__} {python!r}",
-                hint="pass the path of a Python executable, or leave it out",
-            )
-        self.python = None if python is None else os.fspath(python)
-        env = {} if env is None else env
-        if not isinstance(env, dict) or not all(
-            isinstance(k, str) and isinstance(v, str) for k, v in env.items()
-        ):
-            raise ConfigError(
-                f"Subprocess env must map str to str, got {env!r}",
-                hint='write every value as a string, e.g. {"OMP_NUM_THREADS": "2"}',
-            )
-        self.env = dict(env)
+        self.python = check_python(type(self).__name__, python)
+        self.env = check_env(type(self).__name__, env)
         self._live: set[int] = set()  # process-group ids of the trials running now
         self._live_lock = threading.Lock()
 

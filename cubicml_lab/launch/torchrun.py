@@ -29,7 +29,10 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from .._bounds import check_count, check_word
+from .._params import brief
 from ..errors import ConfigError
+from .base import MAX_NODES, MAX_PROCS_PER_NODE, local_process_limit
 from .subprocess import Subprocess
 
 if TYPE_CHECKING:
@@ -38,11 +41,8 @@ if TYPE_CHECKING:
 __all__ = ["Torchrun"]
 
 
-def _count(name: str, value: Any, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise ConfigError(f"Torchrun {name} = {value!r} must be an integer >= {low}",
-                          hint=f"e.g. Torchrun(nproc_per_node=2) on one node; {name} >= {low}")
-    return value
+def _count(name: str, value: Any, low: int, high: int, why: str = "") -> int:
+    return check_count(f"Torchrun {name}", value, low=low, high=high, error=ConfigError, why=why)
 
 
 class Torchrun(Subprocess):
@@ -58,8 +58,11 @@ class Torchrun(Subprocess):
             limit applies to each worker.
 
     Raises:
-        ConfigError: A count is not a positive integer, ``node_rank`` is out of range, or a
-            multi-node job has no ``master_addr``/``master_port``; the message names the field.
+        ConfigError: A count is not an integer within its limit (``nproc_per_node``: on this
+            machine alone, :func:`~cubicml_lab.launch.base.local_process_limit`; with a
+            ``master_addr``, 1024 per node), ``node_rank`` is out of range, a multi-node job has
+            no ``master_addr``/``master_port``, or ``master_addr`` holds a control character;
+            the message names the field and the limit.
 
     Example:
         >>> Torchrun(nproc_per_node=2).world_size
@@ -73,25 +76,26 @@ class Torchrun(Subprocess):
                  env: dict[str, str] | None = None) -> None:
         super().__init__(timeout_s=timeout_s, memory_limit_gib=memory_limit_gib, python=python,
                          env=env)
-        self.nproc_per_node = _count("nproc_per_node", nproc_per_node, 1)
-        self.nnodes = _count("nnodes", nnodes, 1)
-        self.node_rank = _count("node_rank", node_rank, 0)
-        if self.node_rank >= self.nnodes:
-            raise ConfigError(f"Torchrun node_rank = {node_rank} must be < nnodes = {nnodes}",
-                              hint="number the nodes 0 .. nnodes - 1")
-        if master_addr is not None and not (isinstance(master_addr, str) and master_addr):
-            raise ConfigError(f"Torchrun master_addr = {master_addr!r} must be a host name",
+        self.nnodes = _count("nnodes", nnodes, 1, MAX_NODES)
+        if master_addr is None:  # this machine alone
+            high, why = local_process_limit()
+        else:
+            high, why = MAX_PROCS_PER_NODE, "the most one cluster node may run"
+        self.nproc_per_node = _count("nproc_per_node", nproc_per_node, 1, high, why)
+        self.node_rank = _count("node_rank", node_rank, 0, self.nnodes - 1,
+                                f"number the nodes 0 .. nnodes - 1 = {self.nnodes - 1}")
+        if master_addr is not None and not check_word(
+                "Torchrun master_addr", master_addr, error=ConfigError,
+                hint="e.g. master_addr='node001'"):
+            raise ConfigError("Torchrun master_addr = '' must be a host name",
                               hint="e.g. master_addr='node001'")
         if master_port is not None:
-            _count("master_port", master_port, 1)
-            if master_port > 65535:
-                raise ConfigError(f"Torchrun master_port = {master_port} is not a port",
-                                  hint="use a free port in 1024..65535, e.g. 29500")
+            _count("master_port", master_port, 1, 65535, "a TCP port")
         if (self.nnodes > 1 or master_addr is not None) and (master_addr is None
                                                               or master_port is None):
             raise ConfigError(
                 f"Torchrun with nnodes = {nnodes} needs master_addr and master_port "
-                f"(got {master_addr!r}, {master_port!r})",
+                f"(got {brief(master_addr)}, {brief(master_port)})",
                 hint="pass the address and a free port of node 0, the same on every node")
         self.master_addr, self.master_port = master_addr, master_port
 
