@@ -13,7 +13,7 @@ LAB_ARGS ?=
 # budgets: each runs in a minute or two, and says that its numbers are a smoke run)
 SMOKE ?=
 
-.PHONY: install demo lab test test-fast test-gpu lint-imports notebooks clean help
+.PHONY: install demo lab test test-fast test-gpu lint-imports notebooks docs clean help
 
 help:
 	@echo "make demo       create .venv, install, run a real co-design campaign on the CPU (~4 min)"
@@ -23,6 +23,7 @@ help:
 	@echo "make test-fast  the inner loop: no slow, notebook, browser, slurm or gpu tests (~8 min on 2 cores)"
 	@echo "make test-gpu   the tests that need CUDA"
 	@echo "make notebooks  regenerate notebooks/*.ipynb from their .py twins"
+	@echo "make docs       the documentation site into site/: guide, notebooks, API reference (~30 s)"
 
 # A torch that the base interpreter already has is kept (the venv sees it through
 # --system-site-packages); otherwise torch==2.13.0 is installed before the package, so that pip's
@@ -81,6 +82,14 @@ test-gpu: $(STAMP)
 
 notebooks: $(STAMP)
 	$(VENV)/bin/jupytext --to ipynb --update notebooks/*.py
+
+# The documentation site (mkdocs.yml): the README as its guide, the notebooks as committed (not
+# executed), the API reference from the docstrings; --strict fails on a broken link or reference.
+docs: $(STAMP)
+	@$(PY) -c "import material, mkdocs_jupyter, mkdocstrings_handlers.python" 2>/dev/null || \
+	  $(PIP) install -e ".[docs]"
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
+	@echo "open site/index.html"
 
 # also drops the git filter `make lab` installed, whose command lives in the venv
 clean:

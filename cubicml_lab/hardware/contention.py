@@ -318,7 +318,7 @@ class StepReference(_Gauge):
     4.6%) over a dlrm of 256 samples and 1,000 rows per table, whose drift they followed with a
     slope of 0.7-1.2. gpt's configurations kept the MLP (3.0-4.3% over it, 4.8-6.7% over a
     one-layer gpt). Where a workload names several (dlrm: a small and a large table size,
-    :meth:`~cubicml_lab.workloads.DLRMWorkload.drift_reference_for`), their nominals are
+    :meth:`~cubicml_lab.workloads.dlrm.DLRMWorkload.drift_reference_for`), their nominals are
     measured together (:func:`establish_reference_scale` with ``gauges``).
 
     Args:
