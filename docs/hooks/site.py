@@ -37,7 +37,8 @@ def site_link(match: re.Match[str]) -> str:
     elif path.startswith("notebooks/") and path.endswith(".py"):
         path = path.removesuffix(".py") + ".ipynb"
     elif not any(path == p for p in EXTRA):
-        return f"{text} (`{path}` in the repository)" if f"`{path}`" != text else text
+        return f"`{path}` in the repository" if text.strip("`") == path else \
+            f"{text} (`{path}` in the repository)"
     return f"[{text}]({path}{'#' + anchor if anchor else ''})"
 
 
