@@ -103,8 +103,8 @@ class Dataset:
             :func:`cubicml_lab.workloads.gpt.cost_terms`, the table's constant knobs filled
             in); ``mpt_llmfoundry``'s FLOPs, FSDP traffic and overhead per token; for the
             Lucie-7B tables the shared physics of LLM training,
-            :func:`cubicml_lab.physics.table_physics`'s ``cost_terms`` (seconds per token and
-            GPU of each term of :data:`cubicml_lab.physics.TERMS`); None for BLOOM, whose
+            :func:`cubicml_lab.analytical.table_physics`'s ``cost_terms`` (seconds per token and
+            GPU of each term of :data:`cubicml_lab.analytical.TERMS`); None for BLOOM, whose
             physics (``table_physics("bigscience_tr11")``) ranks its noisy rows poorly
             (Kendall tau ~0.2), so it is a search's prior only where asked for.
         features: Derived inputs for the GP's kernel (``GPPredictor(space, features=...)``):
@@ -443,7 +443,7 @@ class _MPTCost:
     per-micro-batch fixed costs (n_layers per micro-batch's tokens). GPU, precision and GPU
     count are left to the GP's kernel.
 
-    Not the shared physics (:mod:`cubicml_lab.physics`), although MPT is LLM training: a row's
+    Not the shared physics (:mod:`cubicml_lab.analytical`), although MPT is LLM training: a row's
     ``model`` names a whole shape (hidden size, layers and heads at once, where ``names=`` /
     ``values=`` map one column onto one vocabulary name), its ``gpu`` varies per row (one
     ``LLMTrainingModel`` has one GPU profile), and FSDP's FULL_SHARD / SHARD_GRAD_OP are ZeRO-3 /
