@@ -44,6 +44,7 @@ import inspect
 import json
 import math
 import os
+import re
 import threading
 import warnings
 from collections.abc import Callable, Mapping
@@ -52,11 +53,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .campaign_view import CampaignView
+from ._bounds import check_count
+from ._params import brief
 from .errors import ConfigError, LaunchError, SearchError, SpaceError, StoreError
 from .trials import TrialResult, error_summary, is_contended
 from .search.proposal import Proposal
 from .space import Space
-from .store import FINAL_STATUSES, Trial, TrialStore
+from .store import FINAL_STATUSES, NoRoom, Trial, TrialStore
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -66,6 +69,12 @@ if TYPE_CHECKING:
     from .workloads import Command
 
 __all__ = ["Campaign", "format_trial"]
+
+#: Most trials one campaign may hold (``budget``): far more than any search measures.
+MAX_BUDGET = 1_000_000
+#: Most trials in flight at once (``parallel``) where the launcher runs trials elsewhere (Slurm).
+MAX_PARALLEL_REMOTE = 1024
+_DEVICE = re.compile(r"^(cpu|cuda(:[0-9]{1,3})?)$")
 
 #: ``(store file, trial id)`` of the trials running in this process (any Campaign object).
 _LIVE: set[tuple[str, int]] = set()
@@ -138,6 +147,80 @@ def _end_bar_early(bar: Any, reason: str | None) -> None:
     bar.refresh()
 
 
+def _remote(launcher: Any) -> bool:
+    """True for a launcher whose trials run on other machines (Slurm)."""
+    try:
+        return launcher.describe().get("kind") == "slurm"
+    except Exception:  # noqa: BLE001 - a user's launcher: assume it runs here
+        return False
+
+
+def check_device(device: object, launcher: Any) -> str:
+    """``device`` if it names a device trials can use: ``"cpu"``, ``"cuda"`` or ``"cuda:N"``,
+    and, where the launcher runs trials on this machine, one this machine has.
+
+    Raises:
+        ConfigError: Naming ``device``, what this machine has and what to pass instead.
+    """
+    if not isinstance(device, str) or not _DEVICE.match(device):
+        raise ConfigError(f"device = {brief(device)} is not a device trials can run on",
+                          hint="pass device='cpu', 'cuda' or 'cuda:N'")
+    if device == "cpu" or _remote(launcher):
+        return device
+    try:
+        import torch
+
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    except ImportError:
+        count = 0
+    index = int(device.partition(":")[2] or 0)
+    if index >= count:
+        raise ConfigError(f"device = {device!r}, but this machine has {count} usable CUDA "
+                          "device(s), and the launcher runs trials here",
+                          hint="pass device='cpu', or run on a GPU machine (e.g. "
+                               "launcher=cml.launch.Slurm(...))")
+    return device
+
+
+def check_measure_options(options: object) -> dict[str, Any]:
+    """``options`` as a dict of :class:`~cubicml_lab.timing.MeasureOptions` fields, checked by
+    the options' own rules (unknown keys, types, ranges).
+
+    Raises:
+        ConfigError: Naming ``measure_options`` and the field.
+    """
+    from .errors import MeasurementError
+    from .timing import MeasureOptions
+
+    if options is None:
+        return {}
+    if not isinstance(options, Mapping):
+        raise ConfigError(f"measure_options must be a dict, got {type(options).__name__}",
+                          hint='e.g. measure_options={"max_time_s": 5}')
+    try:
+        MeasureOptions.from_dict(options)
+    except MeasurementError as err:
+        raise ConfigError(f"measure_options: {err.message}", hint=err.hint or "") from None
+    except TypeError as err:
+        raise ConfigError(f"measure_options: {err}", hint="pass field names as strings") from None
+    return dict(options)
+
+
+def check_run_size(field: str, value: object, launcher: Any) -> int:
+    """``budget`` or ``parallel`` as a checked int: a budget up to :data:`MAX_BUDGET`; trials in
+    flight up to what the machine runs at once (or :data:`MAX_PARALLEL_REMOTE` on Slurm)."""
+    if field == "budget":
+        return check_count("budget", value, high=MAX_BUDGET, error=ConfigError,
+                           why="more trials than any search measures")
+    if _remote(launcher):
+        return check_count("parallel", value, high=MAX_PARALLEL_REMOTE, error=ConfigError,
+                           why="trials in flight on a cluster, one thread each here")
+    from .launch.base import local_process_limit
+
+    high, why = local_process_limit()
+    return check_count("parallel", value, high=high, error=ConfigError, why=why)
+
+
 def format_trial(trial_id: int, space: Space, config: Mapping[str, Any], result: TrialResult,
                  objective: str) -> str:
     """One line per finished trial: id, status, objective with its 95% CI, step time and the
@@ -177,8 +260,10 @@ class Campaign(CampaignView):
         launcher: Where trials run. Default: a fresh subprocess per trial.
         searcher: Proposes configurations. Default: ``BayesianSearch(space, seed=0)``.
         store: Where trials are kept. Default: ``TrialStore("data/lab.sqlite")``.
-        device: ``"cpu"`` or ``"cuda"``.
-        measure_options: Overrides of :class:`~cubicml_lab.timing.MeasureOptions` fields.
+        device: ``"cpu"``, ``"cuda"`` or ``"cuda:N"``; where the launcher runs trials on this
+            machine, one it has (checked here, not at the first trial).
+        measure_options: Overrides of :class:`~cubicml_lab.timing.MeasureOptions` fields,
+            checked here by its rules.
         fixed: Workload knobs held fixed for every trial (not searched).
         reference: A configuration of the space to measure first (it is enqueued) and to
             compare the best against, e.g. the default way of training the model.
@@ -188,7 +273,9 @@ class Campaign(CampaignView):
         stop_reason: Why the last :meth:`run` stopped (budget, stopping rule, interrupt).
 
     Raises:
-        ConfigError: If a parameter of the space is not a knob of the workload.
+        ConfigError: If a parameter of the space is not a knob of the workload, or ``device``,
+            ``measure_options``, ``budget`` or ``parallel`` (when set) is not one that can run;
+            the message names the field.
         StoreError: If the name exists in the store with another workload or space.
     """
 
@@ -221,14 +308,15 @@ class Campaign(CampaignView):
         check_reachable(self.workload.name, self.launcher)  # a notebook's object: InProcess only
         self.searcher = searcher if searcher is not None else BayesianSearch(space, seed=0)
         self.store = store if store is not None else TrialStore("data/lab.sqlite")
-        self.device = device
-        self.measure_options = dict(measure_options or {})
+        self.device = check_device(device, self.launcher)
+        self.measure_options = check_measure_options(measure_options)
         self.fixed = dict(fixed or {})
         self.stop_reason: str | None = None
-        self.budget: int | None = None  # run()'s default budget (a campaign file sets it)
-        self.parallel = 1  # run()'s default parallel
+        self._budget: int | None = None
+        self._parallel = 1
         self.proposals: list[Proposal] = []
         self._told: set[int] = set()
+        self._told_keys: set[str] = set()  # configurations told (a proposal of one: a repeat)
         self._observers: list[Callable[[str, Any], None]] = []
         self._resumed: list[Proposal] = []
         self._in_flight: dict[int, Proposal] = {}
@@ -267,6 +355,25 @@ class Campaign(CampaignView):
             enqueue = getattr(self.searcher, "enqueue", None)
             if callable(enqueue):
                 enqueue(self.reference)
+
+    @property
+    def budget(self) -> int | None:
+        """:meth:`run`'s default budget (a campaign file sets it); checked when set."""
+        return self._budget
+
+    @budget.setter
+    def budget(self, value: int | None) -> None:
+        self._budget = None if value is None else check_run_size("budget", value, self.launcher)
+
+    @property
+    def parallel(self) -> int:
+        """:meth:`run`'s default trials in flight (1 unless a campaign file says otherwise);
+        checked when set."""
+        return self._parallel
+
+    @parallel.setter
+    def parallel(self, value: int) -> None:
+        self._parallel = check_run_size("parallel", value, self.launcher)
 
     def _check_knob_values(self, most: int = 256) -> None:
         """Every value a discrete parameter can take must be one the workload accepts: all of
@@ -335,6 +442,7 @@ class Campaign(CampaignView):
         # objective or a noise metric may be read by the searcher
         self.searcher.tell(params, dict(trial.metrics or {}), status=trial.status)
         self._told.add(trial.id)
+        self._told_keys.add(self.space.key(params))
 
     # -- events, proposals, single trials ------------------------------------------------------
     def observe(self, callback: Callable[[str, Any], None]) -> None:
@@ -592,7 +700,9 @@ class Campaign(CampaignView):
         """
         p = self._as_proposal(proposal, config)
         self.stop_reason = None  # the campaign moves again: why a run stopped is past
-        trial_id, params = self._start(p)
+        started = self._start(p)
+        assert started is not None  # no budget: always added
+        trial_id, params = started
         try:
             result = self._run_one(trial_id, params)
         except KeyboardInterrupt:
@@ -612,16 +722,31 @@ class Campaign(CampaignView):
             print(format_trial(trial_id, self.space, params, result, self.objective))
         return trial
 
-    def _start(self, p: Proposal) -> tuple[int, dict[str, Any]]:
+    def _start(self, p: Proposal, budget: int | None = None
+               ) -> tuple[int, dict[str, Any]] | None:
         """Add the trial to the store (``pending``) unless it is an interrupted one; it becomes
-        ``running`` when its process is up (:meth:`_claim`)."""
+        ``running`` when its process is up (:meth:`_claim`). With ``budget``, a new trial takes
+        one of the campaign's slots in the store; None when there is none left, or when another
+        process runs this configuration now (it stays pending for the searcher until told)."""
         params = dict(p.config)
-        if p.trial_id is None:
+        if p.trial_id is not None:
+            trial_id = p.trial_id
+        elif budget is None:
             trial_id = self.store.add_trial(self.name, self._record_config(params),
                                             workload=self.workload.name,
                                             workload_version=self.workload.version)
         else:
-            trial_id = p.trial_id
+            try:
+                trial_id = self.store.claim_trial(
+                    self.name, self._record_config(params), budget=budget,
+                    workload=self.workload.name, workload_version=self.workload.version,
+                    once=self.space.key(params) not in self._told_keys)  # else a chosen repeat
+            except NoRoom as err:
+                method = "release" if err.reason == "budget" else "mark_pending"
+                keep = getattr(self.searcher, method, None)
+                if callable(keep):
+                    keep(params)
+                return None
         with _LIVE_LOCK:
             _LIVE.add(_live_key(self.store, trial_id))
         self._in_flight[trial_id] = p
@@ -787,10 +912,10 @@ class Campaign(CampaignView):
 
         budget = self.budget if budget is None else budget
         parallel = self.parallel if parallel is None else parallel
-        if not isinstance(budget, int) or budget < 1:
-            raise ConfigError(f"budget = {budget!r} must be a positive int", hint="e.g. budget=12")
-        if not isinstance(parallel, int) or parallel < 1:
-            raise ConfigError(f"parallel = {parallel!r} must be a positive int", hint="e.g. 1")
+        if budget is None:
+            raise ConfigError("budget is not set", hint="e.g. run(budget=12)")
+        budget = check_run_size("budget", budget, self.launcher)
+        parallel = check_run_size("parallel", parallel, self.launcher)
         # interrupted trials shown by propose() but not launched: run() takes them first
         self._resumed[:0] = [p for p in self.proposals if p.trial_id is not None]
         self.proposals = [p for p in self.proposals if p.trial_id is None]
@@ -861,12 +986,23 @@ class Campaign(CampaignView):
               in_flight: dict[cf.Future[TrialResult], tuple[int, dict[str, Any]]],
               review: Callable[[Proposal], Any] | None,
               report: Callable[[int, dict[str, Any], TrialResult, Trial], None]) -> int:
-        """Keep up to ``parallel`` trials in flight until ``budget`` are finished (or the
-        searcher stops); returns the number finished. ``in_flight`` holds what is running."""
-        while finished < budget:
-            room = min(parallel - len(in_flight), budget - finished - len(in_flight))
+        """Keep up to ``parallel`` trials in flight until the store holds ``budget`` finished
+        trials of this campaign (or the searcher stops); returns the number finished.
+        ``in_flight`` holds what runs here. Other processes may run the same campaign: a new
+        trial takes one of the campaign's ``budget`` slots in the store
+        (:meth:`~cubicml_lab.store.TrialStore.claim_trial`), so between them they finish
+        exactly ``budget``; while the others hold every slot left, this one waits for them."""
+        while True:
+            finished = self._sync()
+            if finished >= budget:
+                break
+            taken = sum(self.store.counts(self.name).values())
+            room = min(parallel - len(in_flight), len(self._resumed) + max(0, budget - taken))
             for p in self._next(room, review) if room > 0 and self.stop_reason is None else []:
-                trial_id, params = self._start(p)
+                started = self._start(p, budget)
+                if started is None:
+                    continue
+                trial_id, params = started
                 claimed = threading.Event()
                 fut = pool.submit(self._run_one, trial_id, params, claimed)
                 in_flight[fut] = (trial_id, params)
@@ -877,7 +1013,10 @@ class Campaign(CampaignView):
             if self._stop.is_set():
                 raise _Stopped
             if not in_flight:
-                break
+                if self.stop_reason is not None or not self._others_hold_slots():
+                    break
+                self._stop.wait(0.25)  # the slots left are other processes' trials
+                continue
             done, _ = cf.wait(in_flight, timeout=0.25, return_when=cf.FIRST_COMPLETED)
             if self._stop.is_set():
                 raise _Stopped
@@ -892,9 +1031,21 @@ class Campaign(CampaignView):
                     in_flight[fut] = (trial_id, params)  # re-queued with the others
                     raise
                 report(trial_id, params, result, self._finish(trial_id, params, result))
-                finished += 1
             self._check_stop_rule()
         return finished
+
+    def _others_hold_slots(self) -> bool:
+        """True while another live process on this host holds trials of this campaign
+        (pending: just claimed; running: its campaign process is alive), which it will finish
+        or give back; a trial stuck or on another host is not waited for."""
+        from .launch.process import owner_state
+
+        for t in self.store.trials(self.name, status=["pending", "running"]):
+            if t.id in self._in_flight:
+                continue
+            if t.status == "pending" or owner_state((t.hardware or {}).get("process")) == "alive":
+                return True
+        return False
 
     def stop(self) -> None:
         """Stop this campaign: a :meth:`run` in progress (in another thread, e.g. behind a

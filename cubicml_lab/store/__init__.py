@@ -13,7 +13,10 @@ one transaction and waits out other processes' locks).
 A trial moves ``pending -> running -> ok | oom | failed | timeout``; ``reset_trial`` takes an
 interrupted ``running`` trial back to ``pending``; ``record_trial`` inserts a finished trial in
 one step. ``mark_running`` is a trial's claim: of several processes starting one trial, exactly
-one succeeds, so processes may share a campaign without running a trial twice.
+one succeeds, so processes may share a campaign without running a trial twice; ``claim_trial``
+adds a trial only while its campaign has fewer than its budget of trials and no pending or
+running trial of the same configuration (one transaction), so processes sharing a campaign share
+its budget exactly.
 
 Config, metrics and hardware are stored as strict JSON text, never pickle. Config values are JSON
 scalars (int, float, str, bool, None) and read back with their type (``True`` stays ``True``, ``4``
@@ -37,7 +40,7 @@ files), :mod:`~cubicml_lab.store.core` (:class:`TrialStore`: campaigns, the tria
 the SQL behind export and import).
 """
 
-from .core import TrialStore
+from .core import NoRoom, TrialStore
 from .schema import FINAL_STATUSES, SCHEMA_VERSION, STATUSES, Trial
 
-__all__ = ["FINAL_STATUSES", "SCHEMA_VERSION", "STATUSES", "Trial", "TrialStore"]
+__all__ = ["FINAL_STATUSES", "SCHEMA_VERSION", "STATUSES", "NoRoom", "Trial", "TrialStore"]

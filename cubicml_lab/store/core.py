@@ -266,7 +266,7 @@ class TrialStore:
             return int(cur.lastrowid)
 
     def claim_trial(self, campaign: str, config: Mapping[str, Any], *, budget: int,
-                    workload: str, workload_version: str = "") -> int:
+                    workload: str, workload_version: str = "", once: bool = False) -> int:
         """Add a ``pending`` trial only if the campaign has room for it, and return its id.
 
         In one ``BEGIN IMMEDIATE`` transaction: the campaign's trials (finished, pending and
@@ -276,8 +276,9 @@ class TrialStore:
         once.
 
         Raises:
-            NoRoom: ``budget`` trials are already there (``reason == "budget"``) or this
-                configuration is pending or running (``reason == "busy"``); nothing is written.
+            NoRoom: ``budget`` trials are already there (``reason == "budget"``), this
+                configuration is pending or running (``reason == "busy"``) or, with ``once``,
+                finished (``reason == "done"``); nothing is written.
             StoreError: As :meth:`add_trial`.
         """
         campaign, plain = _check_name(campaign), _check_config(config)
@@ -294,11 +295,12 @@ class TrialStore:
             if count >= budget:
                 raise NoRoom(f"campaign {campaign!r} already holds {count} of its {budget} "
                              "trials", reason="budget")
-            for (text,) in conn.execute("SELECT config FROM trials WHERE campaign = ? AND "
-                                        "status IN ('pending', 'running')", (campaign,)):
-                if text == config_json or _loads_or_none(text) == plain:
-                    raise NoRoom(f"campaign {campaign!r} is already running {plain}",
-                                 reason="busy")
+            for text, status in conn.execute("SELECT config, status FROM trials WHERE "
+                                             "campaign = ?", (campaign,)):
+                busy = status in ("pending", "running")
+                if (busy or once) and (text == config_json or _loads_or_none(text) == plain):
+                    raise NoRoom(f"campaign {campaign!r} already has {plain} ({status})",
+                                 reason="busy" if busy else "done")
             cur = conn.execute(
                 "INSERT INTO trials (campaign, config, status, metrics, hardware, workload, "
                 "workload_version, created_at) VALUES (?, ?, 'pending', '{}', '{}', ?, ?, ?)",
@@ -451,6 +453,13 @@ class TrialStore:
                 warnings.warn(f"{err.message}; it is left out (nothing was changed)",
                               stacklevel=2)
         return out
+
+    def counts(self, campaign: str) -> dict[str, int]:
+        """``{status: number of trials}`` of one campaign (statuses it has none of left out)."""
+        where, params = self._filter(campaign)
+        rows = self._read(f"SELECT status, COUNT(*) FROM trials WHERE {where[0]} GROUP BY status",
+                          params)
+        return {status: int(n) for status, n in rows}
 
     def _filter(self, campaign: str | None) -> tuple[list[str], list[Any]]:
         if campaign is None:

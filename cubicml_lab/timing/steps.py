@@ -23,6 +23,10 @@ __all__ = ["MAX_IDLE_WAIT_S", "CudaEventTimer", "MeasureOptions", "StepTimer", "
 _MIN_WINDOWS = 8  # windows shrink below window_min_s if needed so that max_steps holds this many
 #: Longest wait for idle cores a trial may ask for (``MeasureOptions.wait_for_idle_s``): an hour.
 MAX_IDLE_WAIT_S = 3600.0
+#: Most steps a trial may ask for (``min_steps``, ``max_steps``, warm-up steps).
+MAX_STEPS = 10_000_000
+#: Longest phase a trial may ask for, in seconds (``max_time_s``, ``warmup_max_s``, windows): a week.
+MAX_PHASE_S = 7 * 24 * 3600.0
 
 
 # ----------------------------------------------------------------------------- the options
@@ -185,6 +189,11 @@ class MeasureOptions:
                   ("drift_budget", self.drift_budget >= 0, ">= 0"),
                   ("wait_for_idle_s", 0 <= self.wait_for_idle_s <= MAX_IDLE_WAIT_S,
                    f"in [0, {MAX_IDLE_WAIT_S:g}] seconds (0: no wait)")]
+        checks += [(name, getattr(self, name) <= MAX_STEPS, f"at most {MAX_STEPS:,} steps")
+                   for name in ("min_steps", "max_steps", "warmup_min_steps", "warmup_max_steps")]
+        checks += [(name, (getattr(self, name) or 0) <= MAX_PHASE_S,
+                    f"at most {MAX_PHASE_S:g} seconds (a week)")
+                   for name in ("max_time_s", "warmup_max_s", "window_min_s")]
         for name, ok, rule in checks:
             if not ok:
                 raise MeasurementError(
