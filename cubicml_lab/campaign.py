@@ -17,7 +17,9 @@ started it (its environment holds the record's secret and owner, see
 :mod:`cubicml_lab.launch.process`): a record read from the store alone, imported, copied or
 edited, never causes a signal; a trial whose campaign is alive
 (another process sharing the store) is left to it, and its configuration is held as pending, so
-no configuration ever runs twice at once. The launchers end a trial process when its campaign
+no configuration ever runs twice at once. Processes running one campaign at once share its budget:
+each new trial takes a slot (and its configuration) in the store in one transaction
+(:meth:`~cubicml_lab.store.TrialStore.claim_trial`), so together they finish exactly ``budget``. The launchers end a trial process when its campaign
 dies, and the folders of dead campaigns' trials are swept when a campaign starts.
 
 A Slurm job outlives its campaign: a running trial whose record names a Slurm job
