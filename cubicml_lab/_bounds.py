@@ -32,6 +32,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import os
 import stat
 import unicodedata
@@ -136,6 +137,27 @@ def _expanded_size(root: Any, limit: int) -> int:
     return sizes[id(root)]
 
 
+#: Most ``[``/``{`` collections one YAML document nests: PyYAML's scanner checks every open one
+#: at each token, so a deep nesting costs its depth squared (seconds at a few hundred).
+MAX_YAML_FLOW_DEPTH = 100
+
+
+@functools.cache
+def _flow_bounded_loader() -> type:
+    """YAML's safe loader, refusing flow collections nested past :data:`MAX_YAML_FLOW_DEPTH`."""
+    import yaml
+
+    class FlowBoundedLoader(yaml.SafeLoader):
+        def fetch_flow_collection_start(self, token_class: Any) -> None:
+            if self.flow_level >= MAX_YAML_FLOW_DEPTH:
+                raise yaml.scanner.ScannerError(
+                    None, None, f"[ and {{ nest more than {MAX_YAML_FLOW_DEPTH} deep",
+                    self.get_mark())
+            super().fetch_flow_collection_start(token_class)
+
+    return FlowBoundedLoader
+
+
 def load_yaml(text: str, *, what: str, error: type[Exception],
               max_nodes: int = MAX_YAML_NODES) -> Any:
     """``text`` parsed with YAML's safe loader, refused when its aliases expand past
@@ -146,7 +168,7 @@ def load_yaml(text: str, *, what: str, error: type[Exception],
     """
     import yaml
 
-    loader = yaml.SafeLoader(text)
+    loader = _flow_bounded_loader()(text)
     try:
         try:
             root = loader.get_single_node()

@@ -178,7 +178,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt as err:  # Ctrl-C: the campaign re-queued its trials first
         _exit_on_interrupt(name)
-        print(f"{name}: {err or 'interrupted'}", file=sys.stderr)
+        print(f"{name}: {str(err) or 'interrupted'}", file=sys.stderr)
         return 130  # 128 + SIGINT, as a shell reports a program Ctrl-C ended
     finally:
         if argv is None:
