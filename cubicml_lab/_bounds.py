@@ -151,7 +151,8 @@ def _flow_bounded_loader() -> type:
         def fetch_flow_collection_start(self, token_class: Any) -> None:
             if self.flow_level >= MAX_YAML_FLOW_DEPTH:
                 raise yaml.scanner.ScannerError(
-                    None, None, f"[ and {{ nest more than {MAX_YAML_FLOW_DEPTH} deep",
+                    None, None, "nested too deeply to read ([ and { more than "
+                    f"{MAX_YAML_FLOW_DEPTH} deep)",
                     self.get_mark())
             super().fetch_flow_collection_start(token_class)
 
