@@ -122,6 +122,15 @@ def _bounded(value: Any, what: str = "an intermediate value") -> Any:
                    "bool", "use real numbers (a negative number ** a fraction is complex)")
 
 
+def _truth(value: Any, what: str) -> bool:
+    """``value`` if it is a bool, else _Refused: ``and``/``or``/``not`` and a condition take
+    True or False only (a NaN, a number or a string is not quietly read as true)."""
+    if isinstance(value, bool):
+        return value
+    raise _Refused(f"{what} gave {_show(value)} ({type(value).__name__}), not True or False",
+                   "compare it, e.g. 'x > 0' or \"recompute == 'full'\"")
+
+
 def check_value(value: Any, where: str) -> Any:
     """Check that ``value`` may enter an expression (a constant, a parameter value).
 
@@ -187,6 +196,23 @@ def _measure(tree: ast.AST) -> tuple[int, int]:
     return count, depth - 1
 
 
+def _kind(node: ast.AST) -> str:
+    """What an expression's top node gives: "bool", "other" (never a bool) or "maybe"."""
+    if isinstance(node, (ast.Compare, ast.BoolOp)) or \
+            isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+        return "bool"
+    if isinstance(node, ast.Constant):
+        return "bool" if isinstance(node.value, bool) else "other"
+    if isinstance(node, (ast.BinOp, ast.UnaryOp)):
+        return "other"
+    if isinstance(node, ast.IfExp):
+        kinds = {_kind(node.body), _kind(node.orelse)}
+        return kinds.pop() if len(kinds) == 1 else "maybe"
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "abs":
+        return "other"
+    return "maybe"
+
+
 class Expr:
     """A parsed, validated expression over named values.
 
@@ -211,6 +237,9 @@ class Expr:
         names: set[str] = set()
         self._fn = self._compile(tree.body, names)
         self.names: frozenset[str] = frozenset(names)
+        #: "bool" (always True or False), "other" (never: a number or a string) or "maybe" (a
+        #: name, ``x if c else y``, ``min``/``max``: known only when evaluated).
+        self.result_kind: str = _kind(tree.body)
 
     def __repr__(self) -> str:
         return f"Expr({self.source!r})"
@@ -287,6 +316,12 @@ class Expr:
             return lambda env: value
         if isinstance(node, ast.Name):
             name = node.id
+            written = None if self.source.isascii() else \
+                ast.get_source_segment(self.source, node)
+            if written is not None and written != name:  # the parser folds names by NFKC
+                raise SpaceError(f"expression {self._quoted}: the name {written!r} is read by "
+                                 f"Python as {name!r}",
+                                 hint=f"write names in ASCII: {name!r}")
             names.add(name)
             return lambda env: _bounded(env[name])
         if isinstance(node, ast.BinOp):
@@ -295,15 +330,18 @@ class Expr:
             return self._unaryop(node, names)
         if isinstance(node, ast.BoolOp):
             parts = [self._compile(v, names) for v in node.values]
-            if isinstance(node.op, ast.And):
-                return lambda env: all(p(env) for p in parts)
-            return lambda env: any(p(env) for p in parts)
+            word = "and" if isinstance(node.op, ast.And) else "or"
+            what = f"an operand of {word!r}"
+            if word == "and":
+                return lambda env: all(_truth(p(env), what) for p in parts)
+            return lambda env: any(_truth(p(env), what) for p in parts)
         if isinstance(node, ast.Compare):
             return self._compare(node, names)
         if isinstance(node, ast.IfExp):
             test = self._compile(node.test, names)
             body, orelse = self._compile(node.body, names), self._compile(node.orelse, names)
-            return lambda env: body(env) if test(env) else orelse(env)
+            return lambda env: body(env) if _truth(test(env), "the condition of 'if'") \
+                else orelse(env)
         if isinstance(node, ast.Call):
             return self._call(node, names)
         raise self._refuse(node, f"the construct {type(node).__name__!r}")
@@ -322,7 +360,7 @@ class Expr:
         if isinstance(node.op, ast.UAdd):
             return lambda env: +operand(env)
         if isinstance(node.op, ast.Not):
-            return lambda env: not operand(env)
+            return lambda env: not _truth(operand(env), "the operand of 'not'")
         raise self._refuse(node, f"the operator {type(node.op).__name__}")
 
     def _compare(self, node: ast.Compare, names: set[str]) -> _Node:

@@ -26,17 +26,20 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import keyword
 import math
 import random
 import reprlib
+import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from .errors import SpaceError
 
-__all__ = ["MAX_INT", "PARAM_TYPES", "Bool", "Choice", "Float", "Int", "Ordinal", "Parameter",
-           "PowerOfTwo", "brief", "param_from_dict"]
+__all__ = ["MAX_INT", "MAX_NAME_CHARS", "PARAM_TYPES", "Bool", "Choice", "Float", "Int",
+           "Ordinal", "Parameter",
+           "PowerOfTwo", "brief", "check_name", "param_from_dict"]
 
 Scalar = int | float | str | bool
 
@@ -70,6 +73,15 @@ def brief(value: Any) -> str:
     return _REPR.repr(value)
 
 
+def _finite(value: Any) -> bool:
+    """Whether ``value`` is a real number (not a bool) that a float holds finitely."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    if isinstance(value, int):
+        return abs(value) <= 2**1023
+    return math.isfinite(value)
+
+
 def _scalar(value: Any) -> Any:
     """Plain Python scalar from NumPy/pandas scalars."""
     return value.item() if hasattr(value, "item") and not isinstance(value, (str, bytes)) else value
@@ -82,7 +94,8 @@ def _as_int(name: str, value: Any) -> int:
                          hint="give an int")
     if isinstance(value, float):
         if not value.is_integer():
-            raise SpaceError(f"parameter {name!r}: {value!r} is not an integer", hint="give an int")
+            raise SpaceError(f"parameter {name!r}: {brief(value)} is not an integer",
+                             hint="give an int")
         value = int(value)
     return value
 
@@ -105,10 +118,54 @@ def _check_flag(kind: str, name: str, field_name: str, value: Any) -> bool:
     return value
 
 
+#: Most values an Ordinal or Choice may list.
+MAX_VALUES = 100_000
+#: Longest string value of an Ordinal or Choice (as an expression's strings).
+MAX_VALUE_CHARS = 10_000
+#: Longest knob name (parameter, constant, derived value), in characters.
+MAX_NAME_CHARS = 100
+
+
+def _name_hint(name: str) -> str:
+    """A fix for a refused knob name: its ASCII spelling, a trailing underscore for a keyword."""
+    ascii_form = unicodedata.normalize("NFKC", name)
+    if keyword.iskeyword(ascii_form) or ascii_form in ("True", "False", "None"):
+        return f"use {ascii_form.lower()}_ or a longer name, e.g. 'use_{ascii_form.lower()}'"
+    if ascii_form.isascii() and ascii_form.isidentifier():
+        return f"use the ASCII spelling {ascii_form!r}"
+    return "use ASCII letters, digits and underscores, e.g. 'tp_degree' or 'micro_batch'"
+
+
+def check_name(kind: str, name: Any) -> str:
+    """``name`` if it may name a knob: an ASCII Python identifier, not a keyword, at most
+    :data:`MAX_NAME_CHARS` characters.
+
+    ASCII only, because Python's parser (which reads constraints and derived values) folds
+    identifiers by NFKC: a constraint on the full-width ``ｔｐ`` would constrain ``tp``.
+    Keywords (``if``, ``True``, ``None``) cannot appear as names in an expression.
+
+    Raises:
+        SpaceError: Naming the name, with a hint (an ASCII spelling, ``if_`` for ``if``).
+    """
+    if not isinstance(name, str):
+        raise SpaceError(f"{kind} name {brief(name)} is not a string ({type(name).__name__})",
+                         hint="use letters, digits and underscores, e.g. 'tp_degree'")
+    if len(name) > MAX_NAME_CHARS:
+        raise SpaceError(f"{kind} name {brief(name)} has {len(name):,} characters, more than "
+                         f"MAX_NAME_CHARS = {MAX_NAME_CHARS}", hint="use a short name, e.g. "
+                         "'tp_degree'")
+    if not name.isascii() or not name.isidentifier():
+        raise SpaceError(f"{kind} name {brief(name)} is not an ASCII Python identifier "
+                         "(letters a-z, A-Z, digits and _, not starting with a digit)",
+                         hint=_name_hint(name))
+    if keyword.iskeyword(name):
+        raise SpaceError(f"{kind} name {name!r} is a Python keyword, which an expression "
+                         "cannot use as a name", hint=_name_hint(name))
+    return name
+
+
 def _check_name(kind: str, name: Any) -> None:
-    if not isinstance(name, str) or not name.isidentifier():
-        raise SpaceError(f"{kind} name {brief(name)} is not a valid identifier",
-                         hint="use letters, digits and underscores, e.g. 'micro_batch'")
+    check_name(kind, name)
 
 
 def _index(values: Sequence[Any], value: Any) -> int:
@@ -147,7 +204,7 @@ class Parameter:
                     isinstance(value, (int, float)) and not isinstance(value, bool) and allowed == value:
                 return allowed
         raise SpaceError(f"parameter {self.name!r}: {brief(value)} is not allowed",
-                         hint=f"allowed values: {self.values()}")
+                         hint=f"allowed values: {brief(self.values())}")
 
     def draw(self, rng: random.Random) -> Any:
         return rng.choice(self.values())
@@ -265,19 +322,27 @@ def _check_values(kind: str, name: str, values: Sequence[Any]) -> tuple[Any, ...
     if isinstance(values, (str, bytes)) or not isinstance(values, Sequence) or not values:
         raise SpaceError(f"{kind} {name!r}: values must be a non-empty list, got {brief(values)}",
                          hint=f"e.g. {kind}({name!r}, ['a', 'b'])")
+    if len(values) > MAX_VALUES:
+        raise SpaceError(f"{kind} {name!r}: {len(values):,} values, more than MAX_VALUES = "
+                         f"{MAX_VALUES:,}", hint="use Int or Float for a wide range")
     out = tuple(_scalar(v) for v in values)
     for v in out:
+        if isinstance(v, int) and not isinstance(v, bool) and v.bit_length() > 1024 or \
+                isinstance(v, str) and len(v) > MAX_VALUE_CHARS:
+            raise SpaceError(f"{kind} {name!r}: value {brief(v)} is too large for an expression "
+                             f"(ints below 2**1024, strings up to {MAX_VALUE_CHARS:,} "
+                             "characters)", hint="list short labels or numbers")
         if not isinstance(v, (int, float, str, bool)):
             raise SpaceError(f"{kind} {name!r}: value {brief(v)} is not a number, string or bool",
                              hint="values are JSON scalars")
         if isinstance(v, float) and not math.isfinite(v):
-            raise SpaceError(f"{kind} {name!r}: value {v!r} is not a finite number",
+            raise SpaceError(f"{kind} {name!r}: value {brief(v)} is not a finite number",
                              hint="list finite numbers, strings or bools")
     # 1 and 1.0 are one value (a config may carry either); True and 1 are two
     keys = [("number", v) if isinstance(v, (int, float)) and not isinstance(v, bool)
             else (type(v), v) for v in out]
     if len(set(keys)) != len(keys):
-        raise SpaceError(f"{kind} {name!r}: values {list(out)} contain duplicates",
+        raise SpaceError(f"{kind} {name!r}: values {brief(list(out))} contain duplicates",
                          hint="list each value once")
     return out
 
@@ -353,8 +418,9 @@ class Float(Parameter):
         object.__setattr__(self, "log", _check_flag("Float", self.name, "log", self.log))
         for bound in ("low", "high"):
             v = _scalar(getattr(self, bound))
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-                raise SpaceError(f"Float {self.name!r}: {bound} = {v!r} is not a finite number",
+            if not _finite(v):
+                raise SpaceError(f"Float {self.name!r}: {bound} = {brief(v)} is not a finite "
+                                 "number",
                                  hint="give a number")
             object.__setattr__(self, bound, float(v))
         if self.low > self.high:
@@ -374,8 +440,8 @@ class Float(Parameter):
 
     def check(self, value: Any) -> float:
         v = _scalar(value)
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-            raise SpaceError(f"parameter {self.name!r}: {v!r} is not a finite number",
+        if not _finite(v):
+            raise SpaceError(f"parameter {self.name!r}: {brief(v)} is not a finite number",
                              hint=f"choose a number in [{self.low}, {self.high}]")
         if not self.low <= v <= self.high:
             raise SpaceError(f"parameter {self.name!r}: {brief(v)} is outside "

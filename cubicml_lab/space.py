@@ -33,6 +33,7 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from ._bounds import check_count, load_yaml, read_regular
 from ._expr import Expr, check_value
 from ._params import (
     PARAM_TYPES,
@@ -44,6 +45,7 @@ from ._params import (
     Parameter,
     PowerOfTwo,
     brief,
+    check_name,
     param_from_dict,
 )
 from .errors import SpaceError
@@ -52,25 +54,32 @@ if TYPE_CHECKING:
     import numpy as np
     import torch
 
-__all__ = ["ENUMERATE_LIMIT", "MAX_FILE_BYTES", "PARAM_TYPES", "Bool", "Choice", "Float", "Int",
+__all__ = ["ENUMERATE_LIMIT", "MAX_FILE_BYTES", "MAX_NAMED", "MAX_SAMPLE", "PARAM_TYPES", "Bool",
+           "Choice", "Float", "Int",
            "Ordinal", "Parameter", "PowerOfTwo", "Space"]
 
 #: Spaces whose unconstrained product is at most this big are enumerated exactly.
 ENUMERATE_LIMIT = 2_000_000
 #: Largest space file (YAML or JSON) read, in bytes; a space description is a few KiB.
 MAX_FILE_BYTES = 1 << 20
+#: Most configurations one :meth:`Space.sample` call draws (a search's pool is a few thousand).
+MAX_SAMPLE = 1_000_000
+#: Most parameters, constants, derived values or constraints a space may have (each, not in all).
+MAX_NAMED = 1_000
 _EXAMPLE = "Space([Int('micro_batch', 1, 16)], constraints=['micro_batch <= 8'])"
 
 
 def _parameter_list(parameters: Any) -> list[Parameter]:
     """``parameters`` as a non-empty list of Parameter, or a SpaceError naming what it got."""
     if isinstance(parameters, Parameter):
-        raise SpaceError(f"parameters must be a list; got the single parameter {parameters!r}",
-                         hint=f"wrap it in a list: Space([{parameters!r}])")
+        raise SpaceError(f"parameters must be a list; got the single parameter "
+                         f"{brief(parameters)}", hint=f"wrap it in a list: Space([{parameters.name}"
+                                                      " parameter])")
     if isinstance(parameters, (str, bytes, Mapping)) or not isinstance(parameters, Iterable):
         raise SpaceError(f"parameters must be a list of parameters; got {type(parameters).__name__}"
                          f" {brief(parameters)}", hint=f"e.g. {_EXAMPLE}")
-    out = list(parameters)
+    out = list(itertools.islice(parameters, MAX_NAMED + 1))
+    _check_many("parameters", out)
     if not out:
         raise SpaceError("a Space needs a non-empty list of parameters", hint=f"e.g. {_EXAMPLE}")
     for i, p in enumerate(out):
@@ -90,7 +99,8 @@ def _string_list(field: str, value: Any) -> list[str]:
     if isinstance(value, (bytes, Mapping)) or not isinstance(value, Iterable):
         raise SpaceError(f"{field} must be a list of strings; got {type(value).__name__} "
                          f"{brief(value)}", hint=f"e.g. {field}=['tp * pp <= world_size']")
-    out = list(value)
+    out = list(itertools.islice(value, MAX_NAMED + 1))
+    _check_many(field, out)
     for i, item in enumerate(out):
         if not isinstance(item, str):
             raise SpaceError(f"{field}[{i}] = {brief(item)} is not a string",
@@ -106,25 +116,35 @@ def _mapping(field: str, value: Any, what: str, example: str) -> dict[Any, Any]:
         got = "the string" if isinstance(value, str) else type(value).__name__
         raise SpaceError(f"{field} must be a mapping of name -> {what}; got {got} {brief(value)}",
                          hint=f"e.g. {field}={example}")
+    _check_many(field, value)
     return dict(value)
 
 
-def _read_text(path: str | os.PathLike[str]) -> str:
-    """The UTF-8 text of a space file, or a SpaceError naming the path and what is wrong."""
-    try:
-        with open(path, "rb") as f:
-            raw = f.read(MAX_FILE_BYTES + 1)
-    except OSError as err:
-        raise SpaceError(f"cannot read the space file {path}: {err.strerror or err}",
-                         hint="check the path (a file, readable by you)") from None
-    if len(raw) > MAX_FILE_BYTES:
-        raise SpaceError(f"{path} is larger than MAX_FILE_BYTES = {MAX_FILE_BYTES:,} bytes; a "
-                         "space file is a few KiB", hint="check that this is a space file")
+def _check_many(field: str, items: Any) -> None:
+    if len(items) > MAX_NAMED:
+        raise SpaceError(f"{field} has more than MAX_NAMED = {MAX_NAMED:,} entries",
+                         hint="a space has a few dozen knobs; generate fewer")
+
+
+def _path(path: Any) -> str:
+    """``path`` as messages show it: whole up to 300 printable characters, else cut short."""
+    text = os.fsdecode(path) if isinstance(path, (str, bytes, os.PathLike)) else str(path)
+    return text if len(text) <= 300 and text.isprintable() else brief(text)
+
+
+def _read_text(path: Any) -> str:
+    """The UTF-8 text of a space file (a regular file of at most MAX_FILE_BYTES), or a
+    SpaceError naming the path and what is wrong."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise SpaceError(f"the space file path {brief(path)} is a {type(path).__name__}, not a "
+                         "path", hint="pass a str or pathlib.Path")
+    raw = read_regular(path, what="the space file", max_bytes=MAX_FILE_BYTES, error=SpaceError,
+                       hint="pass the path of a space file (YAML or JSON, a few KiB)")
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as err:
-        raise SpaceError(f"{path} is not UTF-8 text: byte {raw[err.start]:#04x} at offset "
-                         f"{err.start}", hint="save the file as UTF-8") from None
+        raise SpaceError(f"{_path(path)} is not UTF-8 text: byte {raw[err.start]:#04x} at "
+                         f"offset {err.start}", hint="save the file as UTF-8") from None
 
 
 def _parse_error(err: Exception) -> str:
@@ -179,9 +199,7 @@ class Space:
                   ("derived value", list(self.derived))]
         for kind, names in groups:
             for name in names:
-                if not isinstance(name, str) or not name.isidentifier():
-                    raise SpaceError(f"{kind} name {name!r} is not a valid identifier",
-                                     hint="use letters, digits and underscores, e.g. 'micro_batch'")
+                check_name(kind, name)
                 if name in seen:
                     raise SpaceError(f"name {name!r} is used twice (as {seen[name]} and {kind})",
                                      hint="give every parameter, constant and derived value its own name")
@@ -190,6 +208,9 @@ class Space:
             if not isinstance(value, (int, float, str, bool)):
                 raise SpaceError(f"constant {name!r} = {brief(value)} is not a number, string or "
                                  "bool", hint="constants are JSON scalars")
+            if isinstance(value, float) and not math.isfinite(value):
+                raise SpaceError(f"constant {name!r} = {value!r} is not a finite number",
+                                 hint="constants are JSON scalars: give a finite number")
             check_value(value, f"constant {name!r}")
         for name, source in self.derived.items():
             if not isinstance(source, str):
@@ -201,7 +222,8 @@ class Space:
         missing = sorted(expr.names - known)
         if missing:
             raise SpaceError(
-                f"{where} {expr.source!r} uses unknown name(s) {', '.join(map(repr, missing))}",
+                f"{where} {brief(expr.source)} uses unknown name(s) "
+                f"{', '.join(map(repr, missing))}",
                 hint=f"known names: {', '.join(sorted(known))}",
             )
 
@@ -221,6 +243,11 @@ class Space:
         for source in self.constraints:
             expr = Expr(source)
             self._unknown(expr, known, "constraint")
+            if expr.result_kind == "other":
+                raise SpaceError(f"constraint {brief(expr.source)} gives a number or a string, "
+                                 "not True or False", hint="write a comparison, e.g. "
+                                 "'world_size % (tp * pp) == 0' rather than 'world_size % (tp "
+                                 "* pp)'")
             out.append(expr)
         return out
 
@@ -319,7 +346,14 @@ class Space:
 
     def _violated(self, env: Mapping[str, Any]) -> Expr | None:
         for expr in self._constraint_exprs:
-            if not expr.evaluate(env):
+            result = expr.evaluate(env)
+            if not isinstance(result, bool):
+                shown = ", ".join(f"{n}={brief(env[n])}" for n in sorted(expr.names))
+                raise SpaceError(f"constraint {brief(expr.source)} gave {brief(result)} "
+                                 f"({type(result).__name__}) for {shown or 'no names'}, not "
+                                 "True or False", hint="write a comparison, e.g. 'flag == True' "
+                                 "or 'x > 0'")
+            if not result:
                 return expr
         return None
 
@@ -351,8 +385,8 @@ class Space:
         env = self._env(values)
         bad = self._violated(env)
         if bad is not None:
-            shown = ", ".join(f"{n}={env[n]!r}" for n in sorted(bad.names))
-            raise SpaceError(f"constraint {bad.source!r} is false for {shown}",
+            shown = ", ".join(f"{n}={brief(env[n])}" for n in sorted(bad.names))
+            raise SpaceError(f"constraint {brief(bad.source)} is false for {shown}",
                              hint="choose values that satisfy every constraint of the space")
 
     def contains(self, config: Mapping[str, Any]) -> bool:
@@ -433,8 +467,11 @@ class Space:
         """
         import random
 
-        if not isinstance(n, int) or n < 0:
-            raise SpaceError(f"sample(n={n!r}): n must be a non-negative int", hint="e.g. 8")
+        n = check_count("sample(n)", n, low=0, high=MAX_SAMPLE, error=SpaceError,
+                        why="MAX_SAMPLE: draw a pool of a few thousand")
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+            raise SpaceError(f"sample(seed={brief(seed)}): the seed must be an int or None",
+                             hint="e.g. seed=0")
         rng = random.Random(seed)
         if self.is_discrete and self._enumerable():
             valid = self._valid_list()
@@ -442,8 +479,11 @@ class Space:
                 raise SpaceError(f"cannot draw {n} distinct configurations: the space has "
                                  f"{len(valid)}", hint="use space.enumerate() to get them all")
             return [dict(valid[i]) for i in rng.sample(range(len(valid)), n)]
+        if n > self._product_size():
+            raise SpaceError(f"cannot draw {n:,} distinct configurations: the grid has "
+                             f"{self._product_size():,} points", hint="ask for fewer")
         out: dict[str, dict[str, Any]] = {}
-        tries, max_tries = 0, max(10_000, 1_000 * n)
+        tries, max_tries = 0, 10_000 + 100 * n
         while len(out) < n:
             if tries >= max_tries:
                 raise SpaceError(
@@ -589,10 +629,10 @@ class Space:
             SpaceError: If the file cannot be read, is larger than MAX_FILE_BYTES, is not UTF-8
                 or YAML, or does not describe a space (see :meth:`from_dict`).
         """
-        import yaml
+        def parse(text: str) -> Any:
+            return load_yaml(text, what=_path(path), error=SpaceError)
 
-        return cls._from_file(path, yaml.safe_load, "YAML",
-                              (yaml.YAMLError, ValueError, RecursionError))
+        return cls._from_file_data(path, parse(_read_text(path)))
 
     @classmethod
     def _from_file(cls, path: str | os.PathLike[str], parse: Any, what: str,
@@ -602,7 +642,7 @@ class Space:
         try:
             data = parse(text)
         except errors as err:
-            raise SpaceError(f"{path}: not valid {what} ({_parse_error(err)})",
+            raise SpaceError(f"{_path(path)}: not valid {what} ({_parse_error(err)})",
                              hint="fix the file") from None
         return cls._from_file_data(path, data)
 
@@ -611,7 +651,7 @@ class Space:
         try:
             return cls.from_dict(data)
         except SpaceError as err:
-            raise SpaceError(f"{path}: {err.message}", hint=err.hint) from None
+            raise SpaceError(f"{_path(path)}: {err.message}", hint=err.hint) from None
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Space) and self.to_dict() == other.to_dict()

@@ -112,14 +112,14 @@ def test_summary_of_a_hand_made_table():
     ({"searchers": ["Hyperband"]}, "not a known searcher"),
     ({"searchers": {"x": 3}}, "neither a known name nor"),
     ({"searchers": {"x": RandomSearch}}, "neither a known name nor"),
-    ({"budget": 0}, "budget = 0 must be a positive int"),
-    ({"seeds": 0}, "seeds = 0 must be a positive int"),
+    ({"budget": 0}, "budget = 0 is outside 1\\.\\."),
+    ({"seeds": 0}, "seeds = 0 is outside 1\\.\\."),
     ({"seeds": []}, "non-empty list"),
     ({"seeds": [1, 1]}, "repeats a seed"),
-    ({"seeds": [-1]}, "not non-negative ints"),
+    ({"seeds": [-1]}, "are not ints in 0\\.\\.2\\*\\*63 - 1"),
     ({"seeds": "3"}, "positive int or a non-empty list"),
-    ({"batch": 1.5}, "batch = 1.5 must be a positive int"),
-    ({"workers": 0}, "workers = 0 must be a positive int"),
+    ({"batch": 1.5}, "batch = 1.5 must be an int from 1"),
+    ({"workers": 0}, "workers = 0 is outside 1\\.\\."),
 ])
 def test_bad_arguments_name_the_field_and_the_fix(obj, kwargs, match):
     args = {"searchers": ["RandomSearch"], "budget": 3, "seeds": 1, **kwargs}
@@ -154,7 +154,7 @@ def test_bad_objective_and_factories(obj, lucie):
     ({"runs": pd.DataFrame({"searcher": ["a"]})}, r"lacks column\(s\)"),
     ({"runs": [1, 2]}, "must be a DataFrame"),
     ({"within_pct": (100,)}, r"percentage in \[0, 100\)"),
-    ({"after": (0,)}, "after = 0 must be a positive int"),
+    ({"after": (0,)}, "after = 0 is outside 1\\.\\."),
     ({"baseline": -1.0}, "positive finite number"),
 ])
 def test_summary_errors(kwargs, match):

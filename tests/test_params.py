@@ -49,9 +49,9 @@ def test_wide_int_never_lists_its_range():
         (lambda: PowerOfTwo("x", 1, 2**60), r"high = 1152921504606846976 is beyond ±2\*\*53"),
         (lambda: Int("x", 0, 5, log="yes"), r"log = 'yes' is not True or False"),
         (lambda: Float("x", 1.0, 2.0, log=1), r"log = 1 is not True or False"),
-        (lambda: Int("my-knob", 0, 5), r"Int name 'my-knob' is not a valid identifier"),
-        (lambda: Bool(7), r"Bool name 7 is not a valid identifier"),
-        (lambda: Choice("a b", ["x"]), r"Choice name 'a b' is not a valid identifier"),
+        (lambda: Int("my-knob", 0, 5), r"Int name 'my-knob' is not an ASCII Python identifier"),
+        (lambda: Bool(7), r"Bool name 7 is not a string \(int\)"),
+        (lambda: Choice("a b", ["x"]), r"Choice name 'a b' is not an ASCII Python identifier"),
         (lambda: Ordinal("d", [1.0, float("nan")]), r"value nan is not a finite number"),
         (lambda: Ordinal("d", "abc"), r"values must be a non-empty list, got 'abc'"),
         (lambda: Int("x", "0", 5), r"'0' is not an integer"),
@@ -95,7 +95,7 @@ def test_log_int_decodes_exactly_up_to_1e14(high, offset):
         ({"type": "int", "name": "a", "low": [1]}, r"\[1\] is not an integer"),
         ({"type": "float", "name": "a", "high": "big"}, r"high = 'big' is not a finite number"),
         ({"type": "ordinal", "name": "a", "values": {"x": 1}}, r"values must be a non-empty list"),
-        ({"type": "int", "name": ["a"], "low": 1}, r"Int name \['a'\] is not a valid identifier"),
+        ({"type": "int", "name": ["a"], "low": 1}, r"Int name \['a'\] is not a string \(list\)"),
     ],
 )
 def test_param_from_dict_names_the_field(data, match):

@@ -353,7 +353,7 @@ def test_malformed_space_files_name_the_field(tmp_path, fmt, content, match):
 @pytest.mark.parametrize(
     "text, match",
     [
-        ("[" * 100_000 + "]" * 100_000, r"nested too deeply to read"),
+        ("[" * 100_000 + "]" * 100_000, r"nested too deeply to read|not valid YAML"),
         ('{"parameters": [{"type": "int", "name": "a", "low": 1, "high": ' + "9" * 5000 + "}]}",
          r"Exceeds the limit \(4300 digits\)"),
         ('{"parameters": [{"type": "int", "name": "a", "low": 1, "high": ' + "9" * 400 + "}]}",
@@ -375,13 +375,13 @@ def test_hostile_space_files_are_refused(tmp_path, fmt, text, match):
 
 
 def test_unreadable_or_huge_space_files_are_refused(tmp_path):
-    with pytest.raises(SpaceError, match=r"cannot read the space file .*missing.yaml: No such"):
+    with pytest.raises(SpaceError, match=r"cannot read the space file .*missing.yaml'?: No such"):
         cml.Space.from_yaml(tmp_path / "missing.yaml")
-    with pytest.raises(SpaceError, match=r"cannot read the space file .*: Is a directory"):
+    with pytest.raises(SpaceError, match=r"the space file .* is a directory, not a regular file"):
         cml.Space.from_json(tmp_path)
     big = tmp_path / "big.json"
     big.write_text(" " * (cml.space.MAX_FILE_BYTES + 1))
-    with pytest.raises(SpaceError, match=r"larger than MAX_FILE_BYTES = 1,048,576 bytes"):
+    with pytest.raises(SpaceError, match=r"is 1,048,577 bytes, more than the 1,048,576 allowed"):
         cml.Space.from_json(big)
 
 

@@ -27,12 +27,13 @@ from __future__ import annotations
 
 import math
 import numbers
-import reprlib
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .._bounds import check_count
+from .._params import brief
 from ..errors import SearchError, SearchExhausted, SpaceError
 from ..trials import FINISHED, figure_flag
 from .proposal import Proposal
@@ -40,7 +41,8 @@ from .proposal import Proposal
 if TYPE_CHECKING:
     from ..space import Space
 
-__all__ = ["DIRECTIONS", "ENUMERATE_POOL_LIMIT", "FLAG_METRICS", "STATUSES", "Searcher"]
+__all__ = ["DIRECTIONS", "ENUMERATE_POOL_LIMIT", "FLAG_METRICS", "MAX_CANDIDATES", "MAX_SEED",
+           "STATUSES", "Searcher", "check_seed"]
 
 #: Trial outcomes a searcher understands (:data:`cubicml_lab.trials.FINISHED`); only "ok"
 #: carries an objective value.
@@ -53,6 +55,22 @@ ENUMERATE_POOL_LIMIT = 100_000
 NEIGHBOUR_BEST = 5
 #: Told metrics that are flags: a bool there is kept as 1.0 / 0.0 (any other bool is refused).
 FLAG_METRICS = ("contended",)
+#: Largest sampled pool (``num_candidates``) and largest ``ask(n)``: every ask scores the whole
+#: pool (a GP's posterior over 200,000 candidates takes seconds and a few GiB).
+MAX_CANDIDATES = 200_000
+#: Largest seed (NumPy's generators take seeds in 0..2**63 - 1 here).
+MAX_SEED = 2**63 - 1
+
+
+def check_seed(seed: Any, error: type[Exception] = SearchError) -> int:
+    """``seed`` as an int in ``0..MAX_SEED``, else ``error`` naming it.
+
+    Example:
+        >>> check_seed(7)
+        7
+    """
+    return check_count("seed", seed, low=0, high=MAX_SEED, error=error,
+                       why="a seed is a non-negative int")
 
 
 class Searcher:
@@ -86,15 +104,24 @@ class Searcher:
     def __init__(self, space: Space, objective: str = "throughput", direction: str = "maximize",
                  candidates: Sequence[dict] | None = None, seed: int = 0, *,
                  num_candidates: int = 5000) -> None:
-        if direction not in DIRECTIONS:
-            raise SearchError(f"direction = {direction!r} is not one of {list(DIRECTIONS)}",
+        if not isinstance(direction, str) or direction not in DIRECTIONS:
+            raise SearchError(f"direction = {brief(direction)} is not one of {list(DIRECTIONS)}",
                               hint="use 'maximize' for throughput, 'minimize' for step time")
         if not isinstance(objective, str) or not objective:
-            raise SearchError(f"objective = {objective!r} must be a metric name",
+            raise SearchError(f"objective = {brief(objective)} must be a metric name",
                               hint="e.g. 'throughput' or 'tokens_per_s'")
-        if not isinstance(num_candidates, int) or num_candidates < 1:
-            raise SearchError(f"num_candidates = {num_candidates!r} must be an int >= 1",
-                              hint="e.g. 5000")
+        if len(objective) > 200 or not objective.isprintable():
+            raise SearchError(f"objective = {brief(objective)} is not a metric name (at most "
+                              "200 printable characters)", hint="e.g. 'tokens_per_s'")
+        from ..space import Space
+
+        if not isinstance(space, Space):
+            raise SearchError(f"space = {brief(space)} is a {type(space).__name__}, not a Space",
+                              hint="pass cml.Space([...])")
+        num_candidates = check_count("num_candidates", num_candidates, high=MAX_CANDIDATES,
+                                     error=SearchError, why="MAX_CANDIDATES: every ask scores "
+                                     "the whole pool")
+        seed = check_seed(seed)
         self.space = space
         self.objective = objective
         self.direction = direction
@@ -114,6 +141,11 @@ class Searcher:
                 raise SearchError("candidates must be a list of configuration dicts, got one dict",
                                   hint="wrap it in a list: [config]")
             pool: dict[str, dict] = {}
+            if not isinstance(candidates, Sequence) or isinstance(candidates, (str, bytes)):
+                raise SearchError(f"candidates = {brief(candidates)} is not a list of "
+                                  "configuration dicts", hint="pass a list, or None")
+            check_count("len(candidates)", len(candidates), high=MAX_CANDIDATES,
+                        error=SearchError, why="MAX_CANDIDATES: every ask scores the whole pool")
             for i, cfg in enumerate(candidates):
                 key = self._key(cfg, f"candidates[{i}]")
                 if key not in pool:
@@ -128,7 +160,7 @@ class Searcher:
             self.space.validate(config)
             return self.space.key(config)
         except SpaceError as err:
-            raise SearchError(f"{where} = {config!r} is not in the space: {err.message}",
+            raise SearchError(f"{where} = {brief(config)} is not in the space: {err.message}",
                               hint=err.hint or "pass a configuration of this space") from None
 
     @property
@@ -234,8 +266,8 @@ class Searcher:
                 ``skipped`` counts the untried configurations that were skipped, which
                 :meth:`unskip` gives back.
         """
-        if not isinstance(n, (int, np.integer)) or isinstance(n, bool) or n < 1:
-            raise SearchError(f"ask(n={n!r}): n must be an int >= 1", hint="e.g. ask(4)")
+        n = check_count("ask(n)", n, high=MAX_CANDIDATES, error=SearchError,
+                        why="MAX_CANDIDATES: at most the pool")
         out: list[dict] = []
         self._last_enqueued = set()
         while self._queue and len(out) < n:
@@ -395,7 +427,7 @@ class Searcher:
                 usable objective value. Nothing is told then.
         """
         if status not in STATUSES:
-            raise SearchError(f"status = {reprlib.repr(status)} is not one of {list(STATUSES)}",
+            raise SearchError(f"status = {brief(status)} is not one of {list(STATUSES)}",
                               hint="report a crash as 'failed', out-of-memory as 'oom'")
         key = self._key(config, "config")
         told = _told_numbers(values)
@@ -410,18 +442,21 @@ class Searcher:
         """``values[objective]`` of an ok trial as a float, checked (see :meth:`tell`)."""
         if values is None or self.objective not in values:
             got = None if values is None else sorted(map(str, values))
-            raise SearchError(f"an ok trial needs values[{self.objective!r}]; got {got!r}",
+            raise SearchError(f"an ok trial needs values[{self.objective!r}]; got {brief(got)}",
                               hint=f"tell(config, {{{self.objective!r}: 1234.5}}), or pass "
                                    "status='failed' for a trial without a measurement")
         raw = values[self.objective]
         if not isinstance(raw, numbers.Real):
-            raise SearchError(f"values[{self.objective!r}] = {reprlib.repr(raw)} is a "
+            raise SearchError(f"values[{self.objective!r}] = {brief(raw)} is a "
                               f"{type(raw).__name__}, not a number",
                               hint="tell the measured value as a float; a trial without a "
                                    "measurement is status='failed'")
-        value = float(raw)
+        try:
+            value = float(raw)
+        except (OverflowError, ValueError, TypeError):
+            value = math.nan
         if not math.isfinite(value):
-            raise SearchError(f"values[{self.objective!r}] = {raw!r} is not a finite number",
+            raise SearchError(f"values[{self.objective!r}] = {brief(raw)} is not a finite number",
                               hint="tell a trial without a measurement as status='failed'")
         if self.requires_positive and value <= 0:
             raise SearchError(f"values[{self.objective!r}] = {value!r} is not positive, but "
@@ -482,22 +517,25 @@ def _told_numbers(values: object) -> dict[str, float]:
     if values is None:
         return {}
     if not isinstance(values, Mapping):
-        raise SearchError(f"values = {reprlib.repr(values)} must be a dict of metric name -> "
+        raise SearchError(f"values = {brief(values)} must be a dict of metric name -> "
                           "number, or None", hint="e.g. tell(config, {'throughput': 1234.5}), "
                           "or tell(config, None, status='oom')")
     out = {}
     for name, raw in values.items():
+        if not isinstance(name, str):
+            raise SearchError(f"values has the key {brief(name)} ({type(name).__name__}); "
+                              "metric names are strings", hint="e.g. {'throughput': 1234.5}")
         if isinstance(raw, (bool, np.bool_)) and name in FLAG_METRICS:
             out[str(name)] = float(raw)
             continue
         if isinstance(raw, (bool, np.bool_)):
-            raise SearchError(f"values[{reprlib.repr(name)}] = {raw} is a bool, not a number",
+            raise SearchError(f"values[{brief(name)}] = {raw} is a bool, not a number",
                               hint="tell measurements as numbers (1.0 or 0.0), or leave it out")
         if isinstance(raw, numbers.Real):
             try:
                 value = float(raw)
             except OverflowError:
-                raise SearchError(f"values[{reprlib.repr(name)}] is an int of "
+                raise SearchError(f"values[{brief(name)}] is an int of "
                                   f"{int(raw).bit_length()} bits, too large for a float",
                                   hint="tell it in a larger unit, or as a float") from None
             if math.isfinite(value):

@@ -142,10 +142,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .._bounds import check_count
+from .._params import brief
 from ..errors import PredictorError, SearchError
 from ..timing.figures import DRIFT_BOUNDS, DRIFT_EXPONENT, DRIFT_PRIOR_SD
 from ..trials import figure_flag, is_contended
-from .base import Searcher
+from .base import MAX_CANDIDATES, Searcher
 from .history import HistoryModel
 from .proposal import Proposal
 
@@ -161,6 +163,10 @@ __all__ = ["BayesianSearch", "at_drift_exponent", "default_n_init", "drift_covar
 WARM_MAX_ITER = 40
 #: L-BFGS-B iterations of each feasibility-model GP (cold-started at every ask).
 FEASIBILITY_MAX_ITER = 40
+#: Largest ``n_init`` and ``stop_patience`` (trials).
+MAX_N_INIT = 100_000
+#: Largest ``mc_samples`` (each draws a posterior sample of every scored candidate).
+MAX_MC_SAMPLES = 4_096
 #: Observed configurations (those of highest posterior mean) kept as qLogNEI's baseline.
 BASELINE_MAX = 64
 #: Pools larger than this are screened by analytic log EI to this many before qLogNEI runs.
@@ -410,19 +416,21 @@ class BayesianSearch(Searcher):
         if n_init is None:
             n_init = default_n_init(space, None if self._candidates is None
                                     else len(self._candidates))
-        for name, v, low in (("n_init", n_init, 0), ("mc_samples", mc_samples, 1),
-                             ("chunk_size", chunk_size, 1), ("stop_patience", stop_patience, 1)):
-            if not isinstance(v, int) or isinstance(v, bool) or v < low:
-                raise SearchError(f"{name} = {v!r} must be an int >= {low}", hint="e.g. 8")
+        for name, v, low, high in (("n_init", n_init, 0, MAX_N_INIT),
+                                   ("mc_samples", mc_samples, 1, MAX_MC_SAMPLES),
+                                   ("chunk_size", chunk_size, 1, MAX_CANDIDATES),
+                                   ("stop_patience", stop_patience, 1, MAX_N_INIT)):
+            check_count(name, v, low=low, high=high, error=SearchError)
         for name, v in (("stop_threshold", stop_threshold), ("memory_limit_gib", memory_limit_gib)):
-            if v is not None and not (isinstance(v, (int, float)) and v > 0):
-                raise SearchError(f"{name} = {v!r} must be a number > 0",
+            if v is not None and not (isinstance(v, (int, float)) and not isinstance(v, bool)
+                                      and 0 < v <= 1e12 and math.isfinite(v)):
+                raise SearchError(f"{name} = {brief(v)} must be a finite number > 0",
                                   hint="e.g. stop_threshold=0.005 (0.5 %), memory_limit_gib=80")
         if second_direction not in ("maximize", "minimize"):
-            raise SearchError(f"second_direction = {second_direction!r} is not 'maximize' or "
+            raise SearchError(f"second_direction = {brief(second_direction)} is not 'maximize' or "
                               "'minimize'", hint="peak memory is minimised: 'minimize'")
         if memory_model is not None and not callable(memory_model):
-            raise SearchError(f"memory_model = {memory_model!r:.60} is not callable",
+            raise SearchError(f"memory_model = {brief(memory_model)} is not callable",
                               hint="pass a function config -> predicted peak GiB per GPU, e.g. "
                                    "cml.analytical.LLMTrainingModel(...).memory_gib")
         if memory_model is not None and memory_limit_gib is None:
@@ -438,10 +446,11 @@ class BayesianSearch(Searcher):
                 raise SearchError(f"{name} works with one objective, not with second_objective",
                                   hint="drop one of them")
             if fn is not None and name != "history" and not callable(fn):
-                raise SearchError(f"{name} = {fn!r:.60} is not callable",
+                raise SearchError(f"{name} = {brief(fn)} is not callable",
                                   hint="pass a function config -> list of numbers, or None")
         if second_objective is not None and second_objective == objective:
-            raise SearchError(f"second_objective = {second_objective!r} is the objective itself",
+            raise SearchError(f"second_objective = {brief(second_objective)} is the objective "
+                              "itself",
                               hint="name another metric, e.g. 'peak_mem_gib'")
         self.n_init = n_init
         self.log_objective = bool(log_objective)

@@ -37,7 +37,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .._bounds import check_count
+from .._params import brief
 from ..errors import SearchError
+from .base import MAX_SEED
 from .bayesian import BayesianSearch
 from .guided import PredictorGuidedSearch
 from .random import RandomSearch
@@ -89,14 +92,14 @@ def searcher_factory(obj: TableObjective, kind: str | type, **options: Any) -> F
     _check_objective(obj)
     if isinstance(kind, str):
         if kind not in SEARCHERS:
-            raise SearchError(f"kind = {kind!r} is not a known searcher; known: "
+            raise SearchError(f"kind = {brief(kind)} is not a known searcher; known: "
                               f"{', '.join(SEARCHERS)}",
                               hint="pass one of those names, or the searcher class itself")
         cls = SEARCHERS[kind]
     elif isinstance(kind, type):
         cls = kind
     else:
-        raise SearchError(f"kind = {kind!r} must be a searcher name or class",
+        raise SearchError(f"kind = {brief(kind)} must be a searcher name or class",
                           hint=f"e.g. 'BayesianSearch' (known: {', '.join(SEARCHERS)})")
     return functools.partial(_build, cls, obj.space, obj.objective, obj.configs(), dict(options))
 
@@ -340,7 +343,7 @@ def _check_objective(obj: Any) -> None:
 
 def _factories(obj: TableObjective, searchers: Any) -> dict[str, Factory]:
     if isinstance(searchers, str) or not isinstance(searchers, (Mapping, Sequence)):
-        raise SearchError(f"searchers = {searchers!r} must be a list of names or a mapping "
+        raise SearchError(f"searchers = {brief(searchers)} must be a list of names or a mapping "
                           "label -> factory",
                           hint=f"e.g. [{', '.join(repr(k) for k in SEARCHERS)}]")
     items = (list(searchers.items()) if isinstance(searchers, Mapping)
@@ -356,36 +359,42 @@ def _factories(obj: TableObjective, searchers: Any) -> dict[str, Factory]:
     out: dict[str, Factory] = {}
     for label, factory in items:
         if not isinstance(label, str) or not label:
-            raise SearchError(f"searcher label {label!r} must be a non-empty string",
+            raise SearchError(f"searcher label {brief(label)} must be a non-empty string",
                               hint="e.g. {'bo': 'BayesianSearch'}")
         if isinstance(factory, str):
             out[label] = searcher_factory(obj, factory)
         elif callable(factory) and not isinstance(factory, type):
             out[label] = factory
         else:
-            raise SearchError(f"searchers[{label!r}] = {factory!r} is neither a known name nor "
+            raise SearchError(f"searchers[{label!r}] = {brief(factory)} is neither a known name "
+                              "nor "
                               "a seed -> searcher callable",
                               hint=f"use one of {', '.join(SEARCHERS)}, or "
                                    "searcher_factory(obj, kind, **options)")
     return out
 
 
+#: Most seeds, trials per replay or workers of one comparison.
+MAX_REPLAYS = 100_000
+
+
 def _positive_int(name: str, value: Any) -> int:
-    if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
-        raise SearchError(f"{name} = {value!r} must be a positive int", hint=f"e.g. {name}=10")
-    return int(value)
+    return check_count(name, value, high=MAX_REPLAYS, error=SearchError)
 
 
 def _seeds(seeds: Any) -> list[int]:
     if isinstance(seeds, (int, np.integer)) and not isinstance(seeds, bool):
         return list(range(_positive_int("seeds", seeds)))
     if isinstance(seeds, (str, bytes)) or not isinstance(seeds, Sequence) or not seeds:
-        raise SearchError(f"seeds = {seeds!r} must be a positive int or a non-empty list of ints",
+        raise SearchError(f"seeds = {brief(seeds)} must be a positive int or a non-empty list "
+                          "of ints",
                           hint="e.g. seeds=5 (seeds 0..4) or seeds=[0, 1, 2]")
+    _positive_int("len(seeds)", len(seeds))
     bad = [s for s in seeds if not isinstance(s, (int, np.integer)) or isinstance(s, bool)
-           or s < 0]
+           or not 0 <= s <= MAX_SEED]
     if bad:
-        raise SearchError(f"seeds {bad!r} are not non-negative ints", hint="e.g. seeds=[0, 1, 2]")
+        raise SearchError(f"seeds {brief(bad)} are not ints in 0..2**63 - 1",
+                          hint="e.g. seeds=[0, 1, 2]")
     out = [int(s) for s in seeds]
     if len(set(out)) != len(out):
         raise SearchError(f"seeds = {out} repeats a seed: the replays would be identical",
@@ -412,7 +421,7 @@ def _check_runs(runs: Any, baseline: float | None) -> None:
         except (TypeError, ValueError):
             ok = False
         if not ok:
-            raise SearchError(f"baseline = {baseline!r} must be a positive finite number",
+            raise SearchError(f"baseline = {brief(baseline)} must be a positive finite number",
                               hint="e.g. the default configuration's measured throughput")
 
 

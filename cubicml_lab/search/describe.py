@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from .._params import brief
 from ..errors import ConfigError
 from .bayesian import BayesianSearch
 from .random import RandomSearch
@@ -81,7 +82,7 @@ def searcher_from_dict(space: Space, data: Mapping[str, Any]) -> Searcher:
             names the option and lists the allowed ones).
     """
     if not isinstance(data, Mapping):
-        raise ConfigError(f"searcher must be a mapping with a 'kind', got {data!r:.80}",
+        raise ConfigError(f"searcher must be a mapping with a 'kind', got {brief(data)}",
                           hint='e.g. searcher: {kind: bayesian, seed: 0}')
     kind = data.get("kind", "bayesian")
     if kind not in _OPTIONS:

@@ -56,6 +56,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .._bounds import check_count
+from .._params import brief
 from ..errors import PredictorError, SearchError
 from ..space import Int
 from .base import Searcher
@@ -76,10 +78,13 @@ DEFAULT_LR = 1e-2
 TOURNAMENT_SIZE = 4
 
 
+#: Largest ``n_init``, ``exhaustive_limit``, ``population`` and ``generations``: each bounds
+#: the predictor's fits or scoring.
+MAX_GUIDED_ARG = 1_000_000
+
+
 def _int_arg(name: str, value: Any, low: int, example: str) -> int:
-    if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < low:
-        raise SearchError(f"{name} = {value!r} must be an int >= {low}", hint=f"e.g. {example}")
-    return int(value)
+    return check_count(name, value, low=low, high=MAX_GUIDED_ARG, error=SearchError)
 
 
 class PredictorGuidedSearch(Searcher):
@@ -139,11 +144,11 @@ class PredictorGuidedSearch(Searcher):
         self.n_init = _int_arg("n_init", default_n_init(space, pool) if n_init is None else n_init,
                                0, "n_init=8")
         if predictor_factory is not None and not callable(predictor_factory):
-            raise SearchError(f"predictor_factory = {predictor_factory!r} is not callable",
+            raise SearchError(f"predictor_factory = {brief(predictor_factory)} is not callable",
                               hint="pass a function that builds an unfitted predictor, e.g. "
                                    "lambda: MLPPredictor(space), or None for the default")
-        if proposer not in PROPOSERS:
-            raise SearchError(f"proposer = {proposer!r} is not one of {list(PROPOSERS)}",
+        if not isinstance(proposer, str) or proposer not in PROPOSERS:
+            raise SearchError(f"proposer = {brief(proposer)} is not one of {list(PROPOSERS)}",
                               hint="use 'evolution' (default) or 'exhaustive' for small pools")
         self.exhaustive_limit = _int_arg("exhaustive_limit", exhaustive_limit, 0,
                                          "exhaustive_limit=4096")
@@ -151,7 +156,7 @@ class PredictorGuidedSearch(Searcher):
         self.generations = _int_arg("generations", generations, 0, "generations=20")
         if isinstance(crossover, bool) or not isinstance(crossover, (int, float)) \
                 or not 0.0 <= crossover <= 1.0:
-            raise SearchError(f"crossover = {crossover!r} must be a probability in [0, 1]",
+            raise SearchError(f"crossover = {brief(crossover)} must be a probability in [0, 1]",
                               hint="e.g. crossover=0.5, or 0 for mutation only")
         self.predictor_factory = predictor_factory
         self.proposer = proposer

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .._params import brief
 from ..errors import PredictorError, SearchError, SpaceError
 
 if TYPE_CHECKING:
@@ -64,7 +65,7 @@ def history_records(entries: Sequence[Any], objective: str, store: Any = None
             objective column (the message names the entry and the fix).
     """
     if isinstance(entries, (str, bytes)) or not isinstance(entries, Sequence):
-        raise SearchError(f"history = {entries!r:.80} must be a list of campaign names, "
+        raise SearchError(f"history = {brief(entries)} must be a list of campaign names, "
                           "DataFrames or Datasets", hint="e.g. history=['gpt-13b-h100']")
     out = []
     for i, entry in enumerate(entries):

@@ -48,19 +48,23 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .._bounds import check_count
+from .._params import brief
 from ..errors import SearchError, SpaceError
 from ..space import Space
-from .base import DIRECTIONS, STATUSES
+from .base import DIRECTIONS, STATUSES, check_seed
 
 if TYPE_CHECKING:
     import pandas as pd
 
     from ..datasets import Dataset
 
-__all__ = ["REDUCE_MODES", "TableObjective", "TableResult"]
+__all__ = ["MAX_TABLE_ROWS", "REDUCE_MODES", "TableObjective", "TableResult"]
 
 #: How a configuration measured several times is answered (module docstring).
 REDUCE_MODES = ("first", "median", "random")
+#: Most rows a replayed table may hold (a measured sweep holds thousands).
+MAX_TABLE_ROWS = 10_000_000
 _REPLAY_HINT = "replay over the table's configurations only: pass candidates=obj.configs() to " \
                "the searcher"
 
@@ -129,8 +133,9 @@ class TableObjective:
             raise SearchError(f"df must be a pandas DataFrame, got {type(df).__name__}",
                               hint="e.g. pd.read_csv(path), store.to_dataframe(campaign) or "
                                    "TableObjective.from_dataset(cml.datasets.load(name))")
-        if reduce not in REDUCE_MODES:
-            raise SearchError(f"reduce = {reduce!r} is not one of {list(REDUCE_MODES)}",
+        seed = check_seed(seed)
+        if not isinstance(reduce, str) or reduce not in REDUCE_MODES:
+            raise SearchError(f"reduce = {brief(reduce)} is not one of {list(REDUCE_MODES)}",
                               hint="'first' (default), 'median', or 'random' for replayed noise")
         if space is not None and not isinstance(space, Space):
             raise SearchError(f"space must be a cubicml_lab.Space, got {type(space).__name__}",
@@ -138,6 +143,11 @@ class TableObjective:
         if len(df) == 0:
             raise SearchError("the table is empty: no configuration to replay",
                               hint="pass a table with at least one measured row")
+        check_count("len(df)", len(df), high=MAX_TABLE_ROWS, error=SearchError,
+                    why="MAX_TABLE_ROWS: a replayed table holds measured trials")
+        if not isinstance(objective, str):
+            raise SearchError(f"objective = {brief(objective)} must be a column name",
+                              hint="e.g. objective='throughput'")
         columns = [str(c) for c in df.columns]
         if objective not in df.columns:
             raise SearchError(f"the table has no objective column {objective!r}; its columns: "
@@ -219,10 +229,11 @@ class TableObjective:
         try:
             key = self.space.key(config)
         except SpaceError as err:
-            raise SearchError(f"config = {config!r} is not a configuration of the table's space: "
+            raise SearchError(f"config = {brief(config)} is not a configuration of the table's "
+                              "space: "
                               f"{err.message}", hint=err.hint or _REPLAY_HINT) from None
         if key not in self._rows:
-            raise SearchError(f"config = {config!r} was never measured: it is not among the "
+            raise SearchError(f"config = {brief(config)} was never measured: it is not among the "
                               f"table's {len(self._rows)} configurations", hint=_REPLAY_HINT)
         return key
 
@@ -275,8 +286,8 @@ class TableObjective:
         Raises:
             SearchError: On a bad direction, or if no configuration is "ok".
         """
-        if direction not in DIRECTIONS:
-            raise SearchError(f"direction = {direction!r} is not one of {list(DIRECTIONS)}",
+        if not isinstance(direction, str) or direction not in DIRECTIONS:
+            raise SearchError(f"direction = {brief(direction)} is not one of {list(DIRECTIONS)}",
                               hint="'maximize' for throughput, 'minimize' for step time")
         best_key, best_value = None, math.nan
         for key in self._rows:
@@ -308,10 +319,10 @@ class TableObjective:
         """
         try:
             v = float(value)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
             v = math.nan
         if not math.isfinite(v):
-            raise SearchError(f"regret(value={value!r}): value must be a finite number",
+            raise SearchError(f"regret(value={brief(value)}): value must be a finite number",
                               hint="pass the searcher's best value, e.g. search.best()[1]")
         best = self.best(direction)[1]
         if best == 0:
@@ -349,8 +360,8 @@ class TableObjective:
         import pandas as pd
 
         for name, v in (("budget", budget), ("batch", batch)):
-            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-                raise SearchError(f"{name} = {v!r} must be a positive int", hint="e.g. 25")
+            check_count(name, v, high=MAX_TABLE_ROWS, error=SearchError,
+                        why="MAX_TABLE_ROWS: at most the table's rows")
         direction = getattr(searcher, "direction", "maximize")
         sign = 1.0 if direction == "maximize" else -1.0
         rows: list[dict[str, Any]] = []
@@ -429,8 +440,8 @@ def _knob_names(df: pd.DataFrame, knobs: Sequence[str] | None, space: Space | No
     import pandas as pd
 
     if isinstance(knobs, str):
-        raise SearchError(f"knobs = {knobs!r} must be a list of column names",
-                          hint=f"e.g. knobs=[{knobs!r}]")
+        raise SearchError(f"knobs = {brief(knobs)} must be a list of column names",
+                          hint=f"e.g. knobs=[{brief(knobs)}]")
     if knobs is None and space is not None:
         knobs = list(space.names)
     elif knobs is None:
