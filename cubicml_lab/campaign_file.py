@@ -106,7 +106,7 @@ def _file_command(path: str | os.PathLike[str], data: dict[str, Any]) -> Any:
         if isinstance(entry, dict) else None
     if unknown is None or unknown:
         raise ConfigError(f"{path}: command must be a mapping of {', '.join(COMMAND_KEYS)}"
-                          + (f"; unknown key(s) {unknown}" if unknown else ""),
+                          + (f"; unknown key(s) {brief(unknown)}" if unknown else ""),
                           hint="e.g. command: {argv: [python, train.py, '--batch={batch}']}")
     entry, here = dict(entry), Path(path).resolve().parent
     for key in ("config_file", "cwd"):
@@ -231,7 +231,7 @@ def read_campaign_file(path: str | os.PathLike[str]) -> dict[str, Any]:
     unknown = sorted(str(k) for k in set(data) - set(FILE_KEYS))
     missing = [k for k in ("name", "workload", "space") if k not in data]
     if unknown or missing:
-        raise ConfigError(f"{path}: " + (f"unknown key(s) {unknown}" if unknown else
+        raise ConfigError(f"{path}: " + (f"unknown key(s) {brief(unknown)}" if unknown else
                                          f"missing key(s) {missing}"),
                           hint="keys: " + ", ".join(FILE_KEYS) + " (name, workload, space "
                                "required)")

@@ -36,6 +36,7 @@ import shlex
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from .._params import brief
 from ..errors import ConfigError
 
 if TYPE_CHECKING:
@@ -85,7 +86,7 @@ def check_spec(spec: dict[str, Any]) -> dict[str, Any]:
         )
     if not isinstance(spec.get("workload"), str) or not spec["workload"]:
         raise ConfigError(
-            f"spec['workload'] must be a non-empty string, got {spec.get('workload')!r}",
+            f"spec['workload'] must be a non-empty string, got {brief(spec.get('workload'))}",
             hint="name a registered workload, e.g. 'gpt'",
         )
     for key, kind in (("config", dict), ("device", str), ("measure", dict), ("command", dict)):
