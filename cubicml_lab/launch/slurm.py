@@ -138,8 +138,8 @@ def _word(name: str, value: Any, *, none_ok: bool = True) -> str | None:
     if value is None and none_ok:
         return None
     if not check_word(f"Slurm {name}", value, error=ConfigError):
-        raise ConfigError(f"Slurm {name} = '' must be a non-empty string or None",
-                          hint=f"e.g. Slurm({name}='gpu') or leave it out")
+        raise ConfigError(f"Slurm {name} = '' must be a non-empty string",
+                          hint=f"give {name} a value or leave it out")
     return value
 
 
@@ -238,6 +238,8 @@ class Slurm(Launcher):
         self.tasks_per_node = _int("tasks_per_node", tasks_per_node, 1, self.nproc_per_node,
                                    why="at most one task per process")
         self.max_requeue = _int("max_requeue", max_requeue, 0, 100)
+        _int("nodes * tasks_per_node", self.nodes * self.tasks_per_node, 1, MAX_NODES,
+             why="each task is one torchrun agent, and a job has at most that many")
         if self.nproc_per_node % self.tasks_per_node:
             raise ConfigError(
                 f"Slurm nproc_per_node = {nproc_per_node} must be a multiple of tasks_per_node = "
