@@ -1142,9 +1142,10 @@ class Campaign(CampaignView):
         """The campaign a campaign file describes, ready to :meth:`run` (budget and parallel
         from the file); see :func:`~cubicml_lab.campaign_file.campaign_from_file` for its keys.
         Checked like a space: unknown keys, bad values and a bad space, launcher or searcher are
-        refused naming the field; nothing in the file is executed. A file whose ``command``
-        names a program of its own is refused, with what it would run, unless
-        ``allow_commands=True`` (your consent to run it).
+        refused naming the field. A file is data until it names a program: a ``command``, a
+        launcher's own interpreter or environment, Slurm setup lines or extra sbatch options
+        make it a recipe, refused with the list of what it would run unless
+        ``allow_commands=True`` (your consent to run it); see ``docs/threat-model.md``.
 
         Raises:
             ConfigError, SpaceError, StoreError: What is wrong, with the file's path.

@@ -289,6 +289,14 @@ def test_a_store_path_over_the_os_limits_is_a_store_error(tmp_path):
         cml.TrialStore(tmp_path.joinpath(*["d" * 200] * 25, "lab.sqlite"))
 
 
+
+def test_a_fifo_or_device_as_the_store_is_refused_without_hanging(tmp_path):
+    fifo = tmp_path / "lab.sqlite"
+    os.mkfifo(fifo)  # opening it to read the SQLite header would block forever
+    for path in (fifo, Path("/dev/zero")):
+        with pytest.raises(StoreError, match="not a regular file"):
+            cml.TrialStore(path)
+
 _CELL = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"),
                 max_size=12)
 _FORMULA = st.builds(lambda a, b: a + b, st.sampled_from([*FORMULA_STARTS, "'", "''", "'="]),

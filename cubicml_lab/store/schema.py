@@ -29,6 +29,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
+from .._bounds import check_regular_or_absent
 from ..errors import StoreError
 from ..trials import FINISHED as FINAL_STATUSES  # noqa: F401 - re-exported by the store
 from ..trials import STATUSES, Trial, json_safe, restore
@@ -103,10 +104,14 @@ def _open(path: Path) -> sqlite3.Connection:
 
 
 def _refuse_foreign_file(path: Path) -> None:
-    """Refuse a folder, or a file that is not SQLite, before SQLite touches it."""
+    """Refuse a folder, a FIFO or device (opening one could hang), or a file that is not SQLite,
+    before SQLite touches it."""
     if path.is_dir():
         raise StoreError(f"trial store path {path} is a directory",
                          hint="pass a file path such as data/lab.sqlite")
+    check_regular_or_absent(path, what="trial store", error=StoreError,
+                            hint="pass a file path such as data/lab.sqlite (a FIFO or device "
+                                 "is not a store)")
     if path.exists():
         try:
             with path.open("rb") as fh:
