@@ -31,7 +31,7 @@ from cubicml_lab.hardware import (
 )
 from cubicml_lab.hardware.contention import DEFAULT_REFERENCE_ROWS
 from cubicml_lab.launch.worker import THREAD_WAIT_ENV, set_thread_waiting
-from cubicml_lab.trials import run_trial
+from cubicml_lab.launch.runner import run_trial
 
 linux = pytest.mark.skipif(not CpuContention.available(), reason="needs Linux /proc")
 
@@ -291,7 +291,7 @@ def test_each_precision_is_corrected_over_a_reference_in_its_own(tmp_path, monke
     """An fp32 trial's default figure is corrected over the fp32 MLP, a bf16 one's over the MLP
     in bf16, whose nominals join the kept fp32 scale; a precision the MLP does not come in
     keeps its raw figure as the default."""
-    from cubicml_lab.trials import _corrects
+    from cubicml_lab.launch.runner import _corrects
 
     monkeypatch.setenv("CUBICML_LAB_CACHE_DIR", str(tmp_path))
     measure = {"max_time_s": 1.0, "warmup_max_s": 1.0}

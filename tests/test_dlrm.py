@@ -10,7 +10,7 @@ import math
 import pytest
 
 from cubicml_lab.errors import ConfigError
-from cubicml_lab.trials import run_trial
+from cubicml_lab.launch.runner import run_trial
 from cubicml_lab.workloads import get
 from cubicml_lab.workloads.dlrm import flops_per_step, mlp_widths
 

@@ -17,7 +17,7 @@ import pytest
 
 from cubicml_lab.errors import ConfigError
 from cubicml_lab.trials import TrialResult
-from cubicml_lab.trials import run_trial
+from cubicml_lab.launch.runner import run_trial
 from cubicml_lab.workloads import get, names
 from cubicml_lab.workloads.gpt import KNOBS, flops_per_step
 
@@ -258,7 +258,7 @@ def test_run_trial_out_of_memory_is_oom() -> None:
     code = textwrap.dedent("""
         import resource, sys
         resource.setrlimit(resource.RLIMIT_AS, (3 * 2**30, 3 * 2**30))
-        from cubicml_lab.trials import run_trial
+        from cubicml_lab.launch.runner import run_trial
         res = run_trial({"workload": "gpt", "config": {"d_model": 4096, "n_layers": 8,
                          "n_heads": 8, "seq_len": 16, "vocab": 64, "micro_batch": 1}})
         sys.stdout.write(res.to_json())

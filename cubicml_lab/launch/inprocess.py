@@ -1,6 +1,6 @@
 """Run a trial inside the calling Python process: fast, no isolation.
 
-:class:`InProcess` calls :func:`cubicml_lab.trials.run_trial` directly, so a trial costs only
+:class:`InProcess` calls :func:`cubicml_lab.launch.runner.run_trial` directly, so a trial costs only
 its own steps (no interpreter start, no torch import after the first trial). The price is that
 nothing is isolated:
 
@@ -29,7 +29,7 @@ __all__ = ["InProcess"]
 
 
 class InProcess(Launcher):
-    """Run each trial in this process by calling :func:`cubicml_lab.trials.run_trial`.
+    """Run each trial in this process by calling :func:`cubicml_lab.launch.runner.run_trial`.
 
     Fast and simple, for notebooks and tests. Peak RSS is this process's lifetime high-water
     mark (see the module docstring); there is no timeout and no memory limit.
@@ -49,12 +49,12 @@ class InProcess(Launcher):
                 with its caller by construction).
 
         Returns:
-            What :func:`cubicml_lab.trials.run_trial` measured.
+            What :func:`cubicml_lab.launch.runner.run_trial` measured.
 
         Raises:
             ConfigError: The spec is malformed.
         """
-        from .job import run_spec  # a user's command, or run_trial
+        from .runner import run_spec  # a user's command, or run_trial
 
         spec = check_spec(spec)
         if on_start is not None:

@@ -1,12 +1,13 @@
 """Running a user's command as one trial: start it, read its reports, stop it, judge its end.
 
-:func:`run_spec` is what every launcher's trial process calls (``InProcess``, the
-``Subprocess``/``Torchrun``/``LocalPool`` worker, a Slurm job): a spec carrying a ``"command"``
-(:meth:`~cubicml_lab.workloads.Command.to_spec`) goes to :func:`run_command`, any other to
-:func:`cubicml_lab.trials.run_trial`. :func:`run_command` renders the job for the trial's config,
-writes its config file, and starts it under a guard (:class:`~cubicml_lab.launch.guarded.
-GuardedProcess`): the job leads its own process group, and the guard ends that group when the
-trial process dies, however it dies, so the job never outlives its trial. While the job runs its
+Every launcher's trial process calls :func:`cubicml_lab.launch.runner.run_spec` (``InProcess``,
+the ``Subprocess``/``Torchrun``/``LocalPool`` worker, a Slurm job): a spec carrying a
+``"command"`` (:meth:`~cubicml_lab.workloads.Command.to_spec`) comes here, to
+:func:`run_command`, any other to :func:`cubicml_lab.launch.runner.run_trial`. It renders the
+job for the trial's config, writes its config file, and starts it under a guard
+(:class:`~cubicml_lab.launch.guarded.GuardedProcess`): the job leads its own process group, and
+the guard ends that group when the trial process dies, however it dies, so the job never
+outlives its trial. While the job runs its
 reports are read (:class:`~cubicml_lab.workloads.job_reports.JobReports`); once the figure's CI
 target, ``max_steps`` or ``max_time_s`` of timed steps is met the job gets SIGTERM to its group,
 then SIGKILL after ``grace_s``, and the trial is ``ok``. Otherwise its end is read from the job
@@ -40,7 +41,7 @@ from .subprocess import log_tail
 if TYPE_CHECKING:
     from ..trials import TrialResult
 
-__all__ = ["METRICS_ENV", "PACKAGES", "run_command", "run_spec"]
+__all__ = ["METRICS_ENV", "PACKAGES", "run_command"]
 
 #: The environment variable naming the metrics file (see ``cubicml_lab.report``).
 METRICS_ENV = "CUBICML_LAB_METRICS"
@@ -52,15 +53,6 @@ _TAIL_LINES = 40
 _OOM_WORDS = re.compile(r"out of memory|OutOfMemoryError|MemoryError|cannot allocate memory|"
                         r"can.t allocate memory|std::bad_alloc|oom-kill", re.IGNORECASE)
 _PYTHON = re.compile(r"^python[\d.]*$")
-
-
-def run_spec(spec: dict[str, Any]) -> TrialResult:
-    """Run the trial a spec describes in this process: a command or a built-in workload."""
-    if isinstance(spec, dict) and spec.get("command") is not None:
-        return run_command(spec)
-    from ..trials import run_trial
-
-    return run_trial(spec)
 
 
 def _is_python(arg: str) -> bool:

@@ -1,7 +1,7 @@
 """Run each trial as its own Slurm job, through submitit.
 
 :class:`Slurm` submits one job per trial with submitit's Slurm executor (no sbatch templating of
-our own): the job calls :func:`cubicml_lab.trials.run_trial` on the spec and writes the
+our own): the job calls :func:`cubicml_lab.launch.runner.run_trial` on the spec and writes the
 :class:`~cubicml_lab.trials.TrialResult` as JSON in its folder, which the launcher parses back
 with ``TrialResult.from_json``; no result is ever unpickled here. The launcher waits
 for the job by asking ``sacct`` (Slurm's accounting, which the cluster must run: submitit needs it
@@ -93,7 +93,7 @@ def _job_main(spec_json: str, plan_json: str) -> str:
     spec, plan = json.loads(spec_json), json.loads(plan_json)
     rank = int(os.environ.get("SLURM_PROCID", "0"))
     if plan["world_size"] == 1:
-        from .job import run_spec  # a user's command, or run_trial
+        from .runner import run_spec  # a user's command, or run_trial
 
         result = run_spec(spec)
     else:

@@ -17,7 +17,7 @@ In order, it:
    imports torch, so that every allocation of the trial counts against it;
 2. reads the spec (see :mod:`cubicml_lab.launch.base`); a missing or malformed file is an error
    message on stderr and exit code 2;
-3. runs :func:`cubicml_lab.trials.run_trial`, which maps trial failures to statuses
+3. runs :func:`cubicml_lab.launch.runner.run_trial`, which maps trial failures to statuses
    (``MemoryError`` and "can't allocate memory" become ``"oom"``);
 4. writes the :class:`~cubicml_lab.trials.TrialResult` atomically (a temporary file in the same
    directory, then ``os.replace``), so a reader never sees half a result.
@@ -119,7 +119,7 @@ def write_result(path: str | os.PathLike[str], result: TrialResult) -> None:
 def _run(spec: dict[str, Any]) -> TrialResult:
     """Run the trial; an error that escapes ``run_trial`` (e.g. an import) becomes a result."""
     try:
-        from .job import run_spec  # a user's command, or run_trial
+        from .runner import run_spec  # a user's command, or run_trial
 
         return run_spec(spec)
     except Exception as err:  # noqa: BLE001 - every failure must become a stored result
