@@ -169,7 +169,11 @@ def load_yaml(text: str, *, what: str, error: type[Exception],
     """
     import yaml
 
-    loader = _flow_bounded_loader()(text)
+    try:  # the reader checks the characters when the loader is built (a NUL is refused)
+        loader = _flow_bounded_loader()(text)
+    except yaml.YAMLError as err:
+        first = str(err).splitlines()[0][:160] if str(err) else type(err).__name__
+        raise error(f"{what}: not valid YAML ({first})", hint="fix the file") from None
     try:
         try:
             root = loader.get_single_node()

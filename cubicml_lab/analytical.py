@@ -42,6 +42,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ._bounds import check_count
+from ._params import brief
 from .datasets import Dataset
 from .errors import ConfigError
 from .physics import (FACTS, GPUS, GPUS_PER_NODE, KNOBS, PRECISIONS, TERMS, GPUSpec,
@@ -173,20 +175,19 @@ def llm_cluster_model(n_gpus: int = 64, model: str = "13b", gpu: str = "H100-80G
 
 def _check_args(n_gpus: Any, model: Any, gpu: Any, seed: Any, seq_len: Any,
                 global_batch_seqs: Any, noise: Any) -> None:
-    if model not in MODELS:
-        raise ConfigError(f"model = {model!r} is not one of {list(MODELS)}",
+    if not isinstance(model, str) or model not in MODELS:
+        raise ConfigError(f"model = {brief(model)} is not one of {list(MODELS)}",
                           hint="add a tuple of ModelShape to cubicml_lab.analytical.MODELS")
-    if gpu not in GPUS:
-        raise ConfigError(f"gpu = {gpu!r} is not one of {list(GPUS)}",
+    if not isinstance(gpu, str) or gpu not in GPUS:
+        raise ConfigError(f"gpu = {brief(gpu)} is not one of {list(GPUS)}",
                           hint="add a GPUSpec to cubicml_lab.analytical.GPUS")
-    for name, value, low in (("n_gpus", n_gpus, 1), ("seq_len", seq_len, 1),
-                             ("global_batch_seqs", global_batch_seqs, 1), ("seed", seed, 0)):
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
-            raise ConfigError(f"{name} = {value!r} must be an int >= {low}",
-                              hint="e.g. n_gpus=64, seq_len=2048, global_batch_seqs=1024, seed=0")
+    for name, value, low, high in (("n_gpus", n_gpus, 1, 1 << 20), ("seq_len", seq_len, 1, 1 << 24),
+                                   ("global_batch_seqs", global_batch_seqs, 1, 1 << 30),
+                                   ("seed", seed, 0, 2**63 - 1)):
+        check_count(name, value, low=low, high=high, error=ConfigError)
     if isinstance(noise, bool) or not isinstance(noise, (int, float)) or \
-            not math.isfinite(noise) or noise < 0:
-        raise ConfigError(f"noise = {noise!r} must be a finite number >= 0",
+            not 0 <= noise <= 10 or not math.isfinite(noise):
+        raise ConfigError(f"noise = {brief(noise)} must be a finite number from 0 to 10",
                           hint="e.g. 0.015 (1.5%), or 0 for the bare model")
 
 

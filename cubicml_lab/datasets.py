@@ -63,6 +63,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ._params import brief
 from .errors import ConfigError, DataError
 from .physics import table_physics
 from .space import Bool, Choice, Ordinal, Parameter, Space
@@ -340,8 +341,8 @@ def load(name: str, data_dir: str | os.PathLike[str] | None = None) -> Dataset:
         >>> int((ds.table.status == "oom").sum()), ds.objective
         (6, 'tokens_per_s_per_gpu')
     """
-    if name not in _PUBLIC and name not in _SWEEPS:
-        raise DataError(f"unknown dataset {name!r}; known datasets: {', '.join(names())}",
+    if not isinstance(name, str) or name not in _PUBLIC and name not in _SWEEPS:
+        raise DataError(f"unknown dataset {brief(name)}; known datasets: {', '.join(names())}",
                         hint="see cubicml_lab.datasets.names()")
     root = default_data_dir() if data_dir is None else Path(data_dir).expanduser()
     if name in _PUBLIC:
@@ -626,11 +627,11 @@ def _as_dict(value: Any, column: str) -> dict[str, Any]:
         try:
             out = json.loads(value) if value else {}
         except json.JSONDecodeError as err:
-            raise DataError(f"column {column!r}: {value!r:.80} is not JSON ({err})",
+            raise DataError(f"column {column!r}: {brief(value)} is not JSON ({err})",
                             hint="write the table with TrialStore.to_dataframe or export") from None
         if isinstance(out, dict):
             return out
-    raise DataError(f"column {column!r}: {value!r:.80} is not a JSON object or dict",
+    raise DataError(f"column {column!r}: {brief(value)} is not a JSON object or dict",
                     hint="write the table with TrialStore.to_dataframe or export")
 
 

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .._params import brief
 from ..errors import ConfigError
 from .formulas import Arch, step_physics
 from .profiles import GPUS, GPUS_PER_NODE, PRECISIONS, TERMS, GPUSpec, PhysicsConstants
@@ -19,7 +20,9 @@ if TYPE_CHECKING:
     import pandas as pd
 
 # ------------------------------------------------------------------------ the knob vocabulary
-_DEGREE, _BOOL, _SIZE = "a number >= 1", "a bool", "a positive integer"
+_DEGREE, _BOOL, _SIZE = "a number >= 1", "a bool", "a positive integer up to 2**53"
+#: Largest fact or degree (GPUs, layers, sizes): the integers a float64 holds exactly.
+MAX_FACT = 2**53
 #: What each knob accepts: a description, or the tuple of its values.
 _KNOB_VALUES: dict[str, str | tuple[Any, ...]] = {
     "tp": _DEGREE, "pp": _DEGREE, "dp": _DEGREE, "micro_batch": _DEGREE,
@@ -45,15 +48,20 @@ _BUILTIN_DEFAULTS: dict[str, Any] = {
 
 
 def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float, np.integer, np.floating)) and \
-        not isinstance(value, (bool, np.bool_))
+    """A finite real number (not a bool) no larger than :data:`MAX_FACT`."""
+    if not isinstance(value, (int, float, np.integer, np.floating)) or \
+            isinstance(value, (bool, np.bool_)):
+        return False
+    if isinstance(value, (int, np.integer)):
+        return abs(int(value)) <= MAX_FACT
+    return bool(np.isfinite(value)) and abs(float(value)) <= MAX_FACT
 
 
 def _accepts(name: str, value: Any) -> bool:
     """Whether ``value`` is a valid value of knob or fact ``name``."""
     kind = _ACCEPTS[name]
     if kind == _DEGREE:
-        return _is_number(value) and math.isfinite(value) and value >= 1
+        return _is_number(value) and value >= 1
     if kind == _BOOL:
         return isinstance(value, (bool, np.bool_)) or (_is_number(value) and value in (0, 1))
     if name == "zero_stage":
@@ -136,6 +144,10 @@ class LLMTrainingModel:
         per_token: Give :meth:`cost_terms` in seconds per token and GPU (the step's seconds x
             ``n_gpus / (global_batch seq_len)``) instead of per step: for an objective in
             tokens/s per GPU over configs whose GPU count or batch differ.
+        strict_layouts: Refuse a layout the job's GPUs cannot hold (``tp * pp`` not dividing
+            ``n_gpus`` where dp follows from them, ``tp * pp * dp > n_gpus``) with a
+            ConfigError; False models it as given (dp = ``n_gpus / (tp pp)`` may be 0.5), for
+            a table whose records hold such rows (:func:`table_physics`).
 
     Raises:
         ConfigError: On a bad fact, an unknown GPU or precision, or a bad ``names``/``values``/
@@ -165,15 +177,16 @@ class LLMTrainingModel:
                  names: Mapping[str, str] | None = None,
                  values: Mapping[str, Mapping[Any, Any]] | None = None,
                  defaults: Mapping[str, Any] | None = None,
-                 constants: PhysicsConstants | None = None, per_token: bool = False) -> None:
+                 constants: PhysicsConstants | None = None, per_token: bool = False,
+                 strict_layouts: bool = True) -> None:
         facts = {"layers": layers, "hidden": hidden, "heads": heads,
                  "kv_heads": heads if kv_heads is None else kv_heads,
                  "ffn": 4 * hidden if _is_number(hidden) and ffn is None else ffn,
                  "seq_len": seq_len, "vocab": vocab, "global_batch": global_batch,
                  "n_gpus": n_gpus, "gpus_per_node": gpus_per_node}
         for name, value in facts.items():
-            if not _is_number(value) or value < 1 or value != int(value):
-                raise ConfigError(f"LLMTrainingModel({name}={value!r}): must be {_SIZE}",
+            if not _is_number(value) or value < 1 or value != int(value):  # NaN, inf: no number
+                raise ConfigError(f"LLMTrainingModel({name}={brief(value)}): must be {_SIZE}",
                                   hint="give the job's facts, e.g. layers=40, hidden=5120, "
                                        "heads=40, seq_len=2048, vocab=32000, global_batch=1024, "
                                        "n_gpus=64")
@@ -183,20 +196,22 @@ class LLMTrainingModel:
                               hint="e.g. hidden=4096, heads=32, kv_heads=8")
         self.facts: dict[str, int] = {k: int(v) for k, v in facts.items()}
         self.gpu = _gpu(gpu)
-        if precision not in PRECISIONS:
-            raise ConfigError(f"LLMTrainingModel(precision={precision!r}) is not one of "
+        if not isinstance(precision, str) or precision not in PRECISIONS:
+            raise ConfigError(f"LLMTrainingModel(precision={brief(precision)}) is not one of "
                               f"{list(PRECISIONS)}", hint="e.g. precision='bf16'")
-        if isinstance(fp32_grads, str) or not all(p in PRECISIONS for p in fp32_grads):
-            raise ConfigError(f"LLMTrainingModel(fp32_grads={fp32_grads!r}) is not a tuple of "
+        if isinstance(fp32_grads, str) or not isinstance(fp32_grads, (tuple, list)) or \
+                not all(isinstance(p, str) and p in PRECISIONS for p in fp32_grads):
+            raise ConfigError(f"LLMTrainingModel(fp32_grads={brief(fp32_grads)}) is not a tuple of "
                               f"precisions among {list(PRECISIONS)}",
                               hint="e.g. fp32_grads=('bf16',) for Megatron-LM in bf16")
         self.fp32_grads = tuple(fp32_grads)
         if constants is not None and not isinstance(constants, PhysicsConstants):
-            raise ConfigError(f"constants = {constants!r:.80} is not a PhysicsConstants",
+            raise ConfigError(f"constants = {brief(constants)} is not a PhysicsConstants",
                               hint="constants=PhysicsConstants(...) or .perturbed(seed)")
         self.gated_mlp, self.tied_embeddings = bool(gated_mlp), bool(tied_embeddings)
         self.flash_attention = bool(flash_attention)
         self.per_token = bool(per_token)
+        self.strict_layouts = bool(strict_layouts)
         self.precision = precision
         self.constants = constants or PhysicsConstants()
         self.names = _check_names(names)
@@ -298,7 +313,21 @@ class LLMTrainingModel:
     # -- internals
     def _inputs(self, data: Mapping[str, Any], n: int, *, frame: bool) -> dict[str, np.ndarray]:
         """Vocabulary arrays of length ``n`` from user columns: renamed, values mapped and
-        checked, unknown keys warned about, defaults and derived values filled in."""
+        checked, unknown keys warned about, defaults and derived values filled in; a layout
+        the job's GPUs cannot hold (:meth:`holds_frame`) is refused."""
+        x, derived = self._inputs_unchecked(data, n, frame=frame)
+        if not self.strict_layouts:
+            return x
+        bad = ~_holds(x, derived)
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise ConfigError(_layout_message(x, i, bool(derived[i]), frame),
+                              hint=_layout_hint(self.names, self.facts["n_gpus"]))
+        return x
+
+    def _inputs_unchecked(self, data: Mapping[str, Any], n: int, *, frame: bool
+                          ) -> tuple[dict[str, np.ndarray], np.ndarray]:
+        """:meth:`_inputs` without the layout check, and per row whether dp was derived."""
         given: dict[str, np.ndarray] = {}
         source: dict[str, str] = {}
         unknown = []
@@ -311,9 +340,9 @@ class LLMTrainingModel:
                 unknown.append(column)
                 continue
             if target in given:
-                raise ConfigError(f"config keys {source[target]!r} and {column!r} both give "
-                                  f"{target!r}", hint="drop one of them, or map it elsewhere "
-                                                      "with names=")
+                raise ConfigError(f"config keys {brief(source[target])} and {brief(column)} "
+                                  f"both give {brief(target)}",
+                                  hint="drop one of them, or map it elsewhere with names=")
             if frame:  # an empty cell (NaN, None) is a knob or fact left out in that row
                 missing = np.asarray(pd.isna(data_column), dtype=bool)
                 if missing.all():
@@ -330,7 +359,35 @@ class LLMTrainingModel:
         x = self._filled(given, n)
         if dp_left_out is not None:  # dp follows from the GPUs in the rows that leave it out
             x["dp"] = np.where(dp_left_out, x["n_gpus"] / (x["tp"] * x["pp"]), x["dp"])
-        return x
+        derived = np.full(n, "dp" not in given) if dp_left_out is None else dp_left_out
+        return x, derived
+
+    def holds_frame(self, configs: pd.DataFrame | Any) -> np.ndarray:
+        """Per row of ``configs`` (a DataFrame or a list of dicts): whether the job's GPUs can
+        hold its layout: ``tp * pp`` divides ``n_gpus`` where dp follows from them, ``tp * pp *
+        dp <= n_gpus`` where the row gives dp. :meth:`cost_terms`, :meth:`memory_gib` and the
+        ``*_frame`` methods refuse the others with a ConfigError; a search leaves them out.
+        With ``strict_layouts=False`` every row is taken (all True).
+
+        Returns:
+            Bool array of shape ``(len(configs),)``.
+
+        Raises:
+            ConfigError: On a value that is not valid at all (as :meth:`evaluate_frame`).
+
+        Example:
+            >>> job = LLMTrainingModel(layers=4, hidden=256, heads=4, seq_len=128, vocab=1000,
+            ...                        global_batch=16, n_gpus=8, gpu="H100-80GB")
+            >>> job.holds_frame([{"tp": 2, "pp": 2}, {"tp": 4, "pp": 4}, {"tp": 3}]).tolist()
+            [True, False, False]
+        """
+        import pandas as pd
+
+        df = configs if isinstance(configs, pd.DataFrame) else pd.DataFrame(list(configs))
+        if not self.strict_layouts:
+            return np.ones(len(df), dtype=bool)
+        return _holds(*self._inputs_unchecked({c: df[c] for c in df.columns}, len(df),
+                                              frame=True))
 
     def _column(self, column: str, target: str, data: Any, frame: bool) -> np.ndarray:
         mapping = self.values.get(column, self.values.get(target, {}))
@@ -344,11 +401,12 @@ class LLMTrainingModel:
         mapped = [mapping.get(u, u) if _hashable(u) else u for u in uniques]
         for raw, value in zip(uniques, mapped):
             if not _accepts(target, value):
-                via = f" (-> {value!r} through values=)" if value is not raw else ""
-                named = "" if target == column else f" (names= maps it onto {target!r})"
-                raise ConfigError(f"config {column!r} = {raw!r}{via}{named} is not a valid "
-                                  f"{target!r}: it must be {_describe(target)}",
-                                  hint=f"map it with values={{{column!r}: {{{raw!r}: ...}}}}")
+                via = f" (-> {brief(value)} through values=)" if value is not raw else ""
+                named = "" if target == column else f" (names= maps it onto {brief(target)})"
+                raise ConfigError(f"config {brief(column)} = {brief(raw)}{via}{named} is not a "
+                                  f"valid {brief(target)}: it must be {_describe(target)}",
+                                  hint=f"map it with values={{{brief(column)}: "
+                                       f"{{{brief(raw)}: ...}}}}")
         typed = _typed(target, mapped)
         return typed if codes is None else typed[codes]
 
@@ -390,9 +448,35 @@ class LLMTrainingModel:
 LLMTrainingModel.cost_terms.term_names = TERMS  # type: ignore[attr-defined]
 
 
+def _holds(x: Mapping[str, np.ndarray], derived: np.ndarray) -> np.ndarray:
+    """Per row: dp a whole number >= 1 where it was derived from ``n_gpus / (tp pp)``,
+    ``tp pp dp <= n_gpus`` where it was given."""
+    n, tp, pp, dp = x["n_gpus"], x["tp"], x["pp"], x["dp"]
+    whole = (dp >= 1) & (np.abs(dp - np.round(dp)) < 1e-9)
+    return np.where(derived, whole, tp * pp * dp <= n * (1 + 1e-9))
+
+
+def _layout_message(x: Mapping[str, np.ndarray], i: int, derived: bool, frame: bool) -> str:
+    tp, pp, dp, n = (float(x[k][i]) for k in ("tp", "pp", "dp", "n_gpus"))
+    row = f"row {i}: " if frame else ""
+    if derived:
+        return (f"{row}tp * pp = {tp:g} * {pp:g} = {tp * pp:g} does not divide n_gpus = {n:g}: "
+                f"the data-parallel degree would be {dp:g}, not a whole number >= 1")
+    return (f"{row}tp * pp * dp = {tp:g} * {pp:g} * {dp:g} = {tp * pp * dp:g} is more than "
+            f"n_gpus = {n:g}")
+
+
+def _layout_hint(names: Mapping[str, str], n_gpus: int) -> str:
+    user = {v: k for k, v in names.items()}
+    tp, pp = user.get("tp", "tp"), user.get("pp", "pp")
+    divisors = [d for d in range(1, min(n_gpus, 100_000) + 1) if n_gpus % d == 0][:12]
+    return (f"choose {tp} * {pp} among {', '.join(map(str, divisors))}: add the constraint "
+            f"'n_gpus % ({tp} * {pp}) == 0' to the space (with n_gpus as a constant)")
+
+
 def _one_row(config: Mapping[str, Any]) -> dict[str, list[Any]]:
     if not isinstance(config, Mapping):
-        raise ConfigError(f"config = {config!r:.80} is not a dict",
+        raise ConfigError(f"config = {brief(config)} is not a dict",
                           hint="pass one configuration as a dict, many as a DataFrame to the "
                                "*_frame methods")
     return {k: [v] for k, v in config.items()}
@@ -401,8 +485,8 @@ def _one_row(config: Mapping[str, Any]) -> dict[str, list[Any]]:
 def _gpu(gpu: Any) -> GPUSpec:
     if isinstance(gpu, GPUSpec):
         return gpu
-    if gpu not in GPUS:
-        raise ConfigError(f"gpu = {gpu!r} is not one of {list(GPUS)}",
+    if not isinstance(gpu, str) or gpu not in GPUS:
+        raise ConfigError(f"gpu = {brief(gpu)} is not one of {list(GPUS)}",
                           hint="pick one, or pass a GPUSpec(...) describing yours")
     return GPUS[gpu]
 
@@ -413,7 +497,7 @@ def _as_mapping(arg: str, given: Any, example: str) -> Mapping[Any, Any]:
     if given is None:
         return {}
     if not isinstance(given, Mapping):
-        raise ConfigError(f"{arg} = {given!r:.80} is not a dict", hint=f"{arg}={example}")
+        raise ConfigError(f"{arg} = {brief(given)} is not a dict", hint=f"{arg}={example}")
     return given
 
 
@@ -422,14 +506,15 @@ def _check_names(names: Any) -> dict[str, str]:
                                         "vocabulary")
     seen: dict[str, str] = {}
     for user, target in names.items():
-        if target not in _ACCEPTS:
-            raise ConfigError(f"names[{user!r}] = {target!r} is not a knob or fact of the "
-                              "model", hint=f"map {user!r} onto one of {', '.join(KNOBS)} "
+        if not isinstance(target, str) or target not in _ACCEPTS:
+            raise ConfigError(f"names[{brief(user)}] = {brief(target)} is not a knob or fact "
+                              "of the model",
+                              hint=f"map {brief(user)} onto one of {', '.join(KNOBS)} "
                                             f"(or facts {', '.join(FACTS)}), or leave it out "
                                             "of names= to let the GP model it")
         if target in seen:
-            raise ConfigError(f"names[{seen[target]!r}] and names[{user!r}] both map onto "
-                              f"{target!r}", hint="map each vocabulary name from one key")
+            raise ConfigError(f"names[{brief(seen[target])}] and names[{brief(user)}] both map "
+                              f"onto {brief(target)}", hint="map each vocabulary name from one key")
         seen[target] = user
     return dict(names)
 
@@ -440,18 +525,19 @@ def _check_values(values: Any, names: Mapping[str, str]) -> dict[str, dict[Any, 
     out = {}
     for user, mapping in values.items():
         target = names.get(user, user)
-        if target not in _ACCEPTS:
-            raise ConfigError(f"values[{user!r}]: {user!r} is neither a key of names= nor a knob "
-                              "of the model", hint=f"add names={{{user!r}: <knob>}} or key "
+        if not isinstance(target, str) or target not in _ACCEPTS:
+            raise ConfigError(f"values[{brief(user)}]: {brief(user)} is neither a key of "
+                              "names= nor a knob of the model",
+                              hint=f"add names={{{brief(user)}: <knob>}} or key "
                                                    f"values= by a knob: {', '.join(KNOBS)}")
         if not isinstance(mapping, Mapping):
-            raise ConfigError(f"values[{user!r}] = {mapping!r:.80} is not a dict",
-                              hint=f"values={{{user!r}: {{<your value>: <model value>}}}}")
+            raise ConfigError(f"values[{brief(user)}] = {brief(mapping)} is not a dict",
+                              hint=f"values={{{brief(user)}: {{<your value>: <model value>}}}}")
         for raw, value in mapping.items():
             if not _accepts(target, value):
-                raise ConfigError(f"values[{user!r}][{raw!r}] = {value!r} is not a valid "
-                                  f"{target!r}: it must be {_describe(target)}",
-                                  hint=f"map {raw!r} onto a valid value of {target!r}")
+                raise ConfigError(f"values[{brief(user)}][{brief(raw)}] = {brief(value)} is "
+                                  f"not a valid {brief(target)}: it must be {_describe(target)}",
+                                  hint=f"map {brief(raw)} onto a valid value of {brief(target)}")
         out[user] = dict(mapping)
     return out
 
@@ -463,8 +549,9 @@ def _check_defaults(defaults: Any, names: Mapping[str, str],
     for user, raw in defaults.items():
         knob = names.get(user, user)
         value = values.get(user, {}).get(raw, raw) if _hashable(raw) else raw
-        if knob not in KNOBS or knob == "dp" or not _accepts(knob, value):
-            raise ConfigError(f"defaults[{user!r}] = {raw!r} is not a valid default",
+        if not isinstance(knob, str) or knob not in KNOBS or knob == "dp" or \
+                not _accepts(knob, value):
+            raise ConfigError(f"defaults[{brief(user)}] = {brief(raw)} is not a valid default",
                               hint=f"give a knob of {', '.join(k for k in KNOBS if k != 'dp')} "
                                    "a valid value (dp follows from n_gpus / (tp pp))")
         out[knob] = value

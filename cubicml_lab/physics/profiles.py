@@ -6,12 +6,36 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+import math
+from typing import Any
+
 import numpy as np
+
+from .._params import brief
+from ..errors import ConfigError
 
 #: Bytes of model state per parameter in bf16: parameter 2, gradient 2, fp32 Adam master+m+v 12.
 PARAM_BYTES, GRAD_BYTES, OPTIMIZER_BYTES = 2, 2, 12
 #: GPUs per node by default (and in the generated tables, where TP stays inside a node).
 GPUS_PER_NODE = 8
+#: Largest value of a hardware figure or constant (beyond any real machine, finite in float64).
+MAX_FIGURE = 1e18
+
+
+def _check_figures(owner: str, obj: Any, positive: tuple[str, ...], at_least_zero: tuple[str, ...],
+                   fractions: tuple[str, ...]) -> None:
+    """Refuse a figure of ``obj`` that is not a finite number in its range, naming it."""
+    ranges = [(n, "> 0") for n in positive] + [(n, ">= 0") for n in at_least_zero] + \
+        [(n, "in (0, 1]") for n in fractions]
+    for name, rule in ranges:
+        v = getattr(obj, name)
+        ok = isinstance(v, (int, float, np.integer, np.floating)) and \
+            not isinstance(v, (bool, np.bool_)) and abs(v) <= MAX_FIGURE and math.isfinite(v)
+        ok = ok and (v > 0 if rule == "> 0" else v >= 0 if rule == ">= 0" else 0 < v <= 1)
+        if not ok:
+            raise ConfigError(f"{owner}({name}={brief(v)}): must be a finite number {rule}",
+                              hint=f"give {name} as a number {rule} (see the {owner} docstring "
+                                   "for its unit)")
 #: The cost terms of a step, seconds each; a step takes their sum (:meth:`LLMTrainingModel.
 #: step_time_s`). ``pipeline`` is the bubble plus point-to-point messages, ``offload`` the
 #: exposed host traffic, ``overhead`` the fixed time per step (launch, data, logging).
@@ -53,6 +77,15 @@ class GPUSpec:
     internode_latency_s: float = 20e-6
     pcie_gb_s: float = 25.0
     host_adam_params_s: float = 0.25e9
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not 0 < len(self.name) <= 100:
+            raise ConfigError(f"GPUSpec(name={brief(self.name)}): must be a short string",
+                              hint="e.g. name='H100-80GB'")
+        _check_figures("GPUSpec", self, ("peak_tflops", "memory_gib", "hbm_tb_s", "nvlink_gb_s",
+                                         "internode_gb_s", "pcie_gb_s", "host_adam_params_s"),
+                       ("fp8_tflops", "fp32_tflops", "nvlink_latency_s", "internode_latency_s"),
+                       ("gemm_efficiency",))
 
 
 # Sources. Peaks, HBM and memory: NVIDIA datasheets (A100 Tensor Core GPU datasheet, 2021:
@@ -143,6 +176,22 @@ class PhysicsConstants:
     memory_reserved_gib: float = 2.5
     step_overhead_s: float = 0.02
 
+    def __post_init__(self) -> None:
+        _check_figures("PhysicsConstants", self,
+                       ("gemm_half_size", "gemm_curve_power", "gemm_efficiency_scale",
+                        "latency_scale", "optimizer_traffic_bytes", "memory_fragmentation"),
+                       ("memory_reserved_gib", "step_overhead_s", "dp_overlap", "tp_overlap",
+                        "offload_overlap"),
+                       ("elementwise_efficiency",))
+        if self.gemm_curve_power > 10:
+            raise ConfigError(f"PhysicsConstants(gemm_curve_power={brief(self.gemm_curve_power)})"
+                              ": must be at most 10 (an efficiency curve's exponent)",
+                              hint="e.g. gemm_curve_power=1.0")
+        for name in ("dp_overlap", "tp_overlap", "offload_overlap"):
+            if getattr(self, name) > 1:
+                raise ConfigError(f"PhysicsConstants({name}={brief(getattr(self, name))}): "
+                                  "must be a fraction in [0, 1]", hint=f"e.g. {name}=0.8")
+
     def perturbed(self, seed: int, spread: float = 1.0) -> PhysicsConstants:
         """Other constants, drawn reproducibly from ``seed``: what a real cluster might have.
 
@@ -157,6 +206,14 @@ class PhysicsConstants:
             >>> a == PhysicsConstants().perturbed(1), a == PhysicsConstants()
             (True, False)
         """
+        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or \
+                not 0 <= seed < 2**63:
+            raise ConfigError(f"perturbed(seed={brief(seed)}): the seed must be an int in "
+                              "0..2**63 - 1", hint="e.g. perturbed(1)")
+        if isinstance(spread, bool) or not isinstance(spread, (int, float)) or \
+                not 0 <= spread <= 1:
+            raise ConfigError(f"perturbed(spread={brief(spread)}): must be a number in [0, 1]",
+                              hint="e.g. spread=0.5")
         rng = np.random.default_rng(seed)
 
         def factor(low: float, high: float) -> float:

@@ -493,6 +493,7 @@ class BayesianSearch(Searcher):
         self._objective_fits: tuple[Any, Any, float | None] | None = None
         self._models_at: int | None = None  # n_told when predictor & co. were last fitted
         self._feasibility_fit: tuple[tuple[int, int], Any] | None = None  # (n_told, seed), fit
+        self._holds: dict[str, bool] = {}  # key -> whether the models hold its layout
         # ask() and recommend() fit on the same caches (_anchors, drift_exponent): a
         # dashboard's poll thread may call recommend() while a campaign's run loop asks
         self._fit_lock = threading.RLock()
@@ -945,6 +946,8 @@ class BayesianSearch(Searcher):
         t0 = time.perf_counter()
         seed = int(rng.integers(2**31 - 1))  # = _fit_seed(): rng is self._rng(), fresh
         torch.manual_seed(seed)
+        n_all = len(pool)
+        pool = self._held(pool)
         data = self._current_data()
         configs = data[0]
         self._refresh_history(configs, data[1])
@@ -952,6 +955,8 @@ class BayesianSearch(Searcher):
                                 "max_acquisition": None, "acquisition": [],
                                 "relative_improvement": None,
                                 "n_ok": len(configs), "n_pool": len(pool)}
+        if len(pool) < n_all:
+            info["layouts_left_out"] = n_all - len(pool)
         self.last_ask_info = info
         need, prior = self._gp_need()
         blocked = self._not_ready(configs, data[1], need, "the GP")
@@ -977,6 +982,39 @@ class BayesianSearch(Searcher):
             out = self._before_the_gp(n, pool, rng, seed, info, prior)
         info["ask_s"] = time.perf_counter() - t0
         return out
+
+    def _held(self, pool: list[dict]) -> list[dict]:
+        """``pool`` without the configurations whose layout the cost or memory model cannot
+        hold (a model with a ``holds_frame`` method, e.g. ``LLMTrainingModel``: ``tp * pp``
+        not dividing its GPUs); they would make the model raise. Results are cached by key.
+
+        Raises:
+            SearchError: If no configuration of the pool is left.
+        """
+        checks = [getattr(getattr(fn, "__self__", None), "holds_frame", None)
+                  for fn in (self.cost_model, self.memory_model)]
+        checks = [c for c in checks if callable(c)]
+        if not checks or not pool:
+            return pool
+        keys = self._pool_keys(pool)
+        new = [i for i, k in enumerate(keys) if k not in self._holds]
+        if new:
+            import pandas as pd
+
+            frame = pd.DataFrame([pool[i] for i in new])
+            ok = np.ones(len(new), dtype=bool)
+            for check in checks:
+                ok &= np.asarray(check(frame), dtype=bool)
+            self._holds.update((keys[i], bool(v)) for i, v in zip(new, ok))
+        kept = [i for i, k in enumerate(keys) if self._holds[k]]
+        if not kept:
+            raise SearchError(f"none of the {len(pool):,} candidates has a layout the cost or "
+                              "memory model can hold (e.g. tp * pp does not divide its GPUs)",
+                              hint="add the constraint 'n_gpus % (tp * pp) == 0' to the space")
+        if len(kept) < len(pool):
+            self._untried_keys = [keys[i] for i in kept]
+            pool = [pool[i] for i in kept]
+        return pool
 
     # -- the models, fitted on exactly the observations held ------------------------------------
     def _current_data(self) -> tuple[list[dict], np.ndarray, np.ndarray | None,

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .._params import brief
 from ..errors import PredictorError, SpaceError
 
 if TYPE_CHECKING:
@@ -54,7 +55,7 @@ def _as_float_array(name: str, values: Any, n: int | None = None) -> np.ndarray:
     try:
         arr = np.asarray(values, dtype=np.float64)
     except (TypeError, ValueError):
-        raise PredictorError(f"{name} must be a sequence of numbers, got {values!r:.80}",
+        raise PredictorError(f"{name} must be a sequence of numbers, got {brief(values)}",
                              hint="pass a list of floats, one per configuration") from None
     if arr.ndim != 1:
         raise PredictorError(f"{name} must be one-dimensional, got shape {arr.shape}",

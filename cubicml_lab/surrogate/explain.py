@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .._params import brief
 from ..errors import PredictorError
 
 if TYPE_CHECKING:
@@ -201,7 +202,7 @@ def slices(predictor: Any, reference: dict, knobs: str | Sequence[str] | None = 
                              f"{type(reference).__name__}", hint="e.g. configs[0]")
     space = _check_predictor(predictor)
     if not space.contains(reference):
-        raise PredictorError(f"reference {reference!r:.120} is not in the space",
+        raise PredictorError(f"reference {brief(reference)} is not in the space",
                              hint="pass a valid configuration, e.g. a measured one")
     out = partial_dependence(predictor, [reference], knobs, level=level, max_configs=1,
                              max_values=max_values)

@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from .._params import brief
 from ..errors import PredictorError
 from ..trials import FINISHED
 from .gp import GPPredictor, evaluate_many
@@ -89,7 +90,7 @@ class FeasibilityModel:
     def __init__(self, space: Space, *, seed: int = 0, max_iter: int | None = None,
                  memory_model: Callable[[dict], float] | None = None) -> None:
         if memory_model is not None and not callable(memory_model):
-            raise PredictorError(f"memory_model = {memory_model!r:.60} is not callable",
+            raise PredictorError(f"memory_model = {brief(memory_model)} is not callable",
                                  hint="pass a function config -> predicted peak memory in GiB")
         self.space = space
         self.seed = seed
@@ -110,7 +111,7 @@ class FeasibilityModel:
         bad = ~(np.isfinite(out) & (out > 0))
         if bad.any():
             i = int(np.argmax(bad))
-            raise PredictorError(f"memory_model(configs[{i}]) = {rows[i]!r:.60} is not a "
+            raise PredictorError(f"memory_model(configs[{i}]) = {brief(rows[i])} is not a "
                                  "finite number of GiB > 0",
                                  hint="return the predicted peak memory per GPU in GiB")
         return out

@@ -100,6 +100,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import numpy as np
 
+from .._params import brief
 from ..errors import PredictorError
 from .base import BasePredictor, _as_float_array, one_thread
 
@@ -200,7 +201,7 @@ class GPPredictor(BasePredictor):
         for name, fn, example in (("cost_model", cost_model, "cost_terms"),
                                   ("features", features, "shape_features")):
             if fn is not None and not callable(fn):
-                raise PredictorError(f"{name} = {fn!r:.60} is not callable",
+                raise PredictorError(f"{name} = {brief(fn)} is not callable",
                                      hint="pass a function config -> list of numbers, e.g. "
                                           f"cubicml_lab.workloads.gpt.{example}")
             if fn is not None and categorical != "onehot":
@@ -776,7 +777,7 @@ def evaluate_many(name: str, fn: Callable[[dict], Any], configs: Sequence[dict],
             row = fn(dict(cfg))
         except Exception as err:  # noqa: BLE001 - a user's function: report any failure
             raise PredictorError(f"{name}({what}[{i}]) raised {type(err).__name__}: "
-                                 f"{err}", hint=f"make {name} accept {cfg!r:.120}") from None
+                                 f"{err}", hint=f"make {name} accept {brief(cfg)}") from None
         rows.append(list(row.values()) if isinstance(row, Mapping) else row)
     return rows
 
@@ -787,7 +788,7 @@ def _raise_bad_row(name: str, row: Any, i: int, what: str, positive: bool,
     > 0 (``positive``), or >= 0 with one > 0."""
     rule = "> 0" if positive else ">= 0, at least one > 0"
     raise PredictorError(
-        f"{name}({what}[{i}]) = {row!r:.80} is not {width} finite number(s) {rule}",
+        f"{name}({what}[{i}]) = {brief(row)} is not {width} finite number(s) {rule}",
         hint="return the same number of values for every configuration"
              + ("" if positive else " (0 where a term does not apply)"))
 
@@ -806,7 +807,7 @@ def _names(fn: Any, attr: str, prefix: str, count: int) -> list[str]:
         return [f"{prefix} {i}".strip() for i in range(count)]
     names = [str(n) for n in names]
     if len(names) != count:
-        raise PredictorError(f"{fn!r:.60}.{attr} has {len(names)} names for {count} values",
+        raise PredictorError(f"{brief(fn)}.{attr} has {len(names)} names for {count} values",
                              hint=f"give {attr} one name per value the function returns")
     return names
 

@@ -40,8 +40,11 @@ import math
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from ..errors import ConfigError
+from .._params import brief
+from .._params import check_name as check_knob_name
+from ..errors import ConfigError, SpaceError
 from .base import Built, Knob, Workload
+from .registry import check_name
 
 if TYPE_CHECKING:
     from .parallel import World
@@ -56,8 +59,8 @@ def _knob(name: str, value: Any) -> Knob:
     if isinstance(value, Knob):
         return value
     if not isinstance(value, _TYPES):
-        raise ConfigError(f"knob {name!r} = {value!r}: give a default (bool, int, float or str) "
-                          "or a Knob", hint=f'e.g. knobs={{"{name}": 32}}')
+        raise ConfigError(f"knob {name!r} = {brief(value)}: give a default (bool, int, float "
+                          "or str) or a Knob", hint=f'e.g. knobs={{"{name}": 32}}')
     low = 1 if isinstance(value, int) and not isinstance(value, bool) and value >= 1 else None
     return Knob(default=value, type=type(value), low=low)
 
@@ -97,17 +100,28 @@ class PythonWorkload(Workload):
                  units_per_step: int | str | Callable[[Mapping[str, Any]], float] = 1,
                  flops_per_step: float | Callable[[Mapping[str, Any]], float] | None = None,
                  version: str = "1") -> None:
+        check_name(name)
+        if not isinstance(knobs, Mapping):
+            raise ConfigError(f"PythonWorkload {name!r}: knobs = {brief(knobs)} is not a dict",
+                              hint='e.g. knobs={"batch": 8}')
+        for knob in knobs:
+            try:
+                check_knob_name("knob", knob)
+            except SpaceError as err:
+                raise ConfigError(f"PythonWorkload {name!r}: {err.message}",
+                                  hint=err.hint) from None
         if not callable(make):
-            raise ConfigError(f"PythonWorkload {name!r}: make = {make!r} is not callable",
+            raise ConfigError(f"PythonWorkload {name!r}: make = {brief(make)} is not callable",
                               hint="pass make(config, device) returning a step function")
-        if units not in ("samples", "tokens"):
-            raise ConfigError(f"PythonWorkload {name!r}: units = {units!r}",
+        if not isinstance(units, str) or units not in ("samples", "tokens"):
+            raise ConfigError(f"PythonWorkload {name!r}: units = {brief(units)}",
                               hint="'samples' or 'tokens'")
         self.name, self.version, self.units = name, version, units
         self.make = make
         self._knobs = {k: _knob(k, v) for k, v in dict(knobs).items()}
         if isinstance(units_per_step, str) and units_per_step not in self._knobs:
-            raise ConfigError(f"PythonWorkload {name!r}: units_per_step = {units_per_step!r} "
+            raise ConfigError(f"PythonWorkload {name!r}: units_per_step = "
+                              f"{brief(units_per_step)} "
                               "is not a knob", hint=f"knobs: {', '.join(self._knobs)}")
         self.units_per_step = units_per_step
         self.flops_per_step = flops_per_step

@@ -37,11 +37,12 @@ from collections.abc import Callable
 from importlib import metadata
 from typing import Any
 
+from .._params import brief
 from ..errors import ConfigError
 from .base import Workload
 
-__all__ = ["ENV_VAR", "GROUP", "check_reachable", "lookup", "parse_path", "register",
-           "registered", "unregister"]
+__all__ = ["ENV_VAR", "GROUP", "MAX_NAME_CHARS", "check_name", "check_reachable", "lookup",
+           "parse_path", "register", "registered", "unregister"]
 
 #: The entry-point group an installed package declares its workloads in.
 GROUP = "cubicml_lab.workloads"
@@ -50,6 +51,27 @@ GROUP = "cubicml_lab.workloads"
 ENV_VAR = "CUBICML_LAB_WORKLOADS"
 
 _OBJECTS: dict[str, Any] = {}  # name -> class, instance or factory registered in this process
+#: Longest workload name, in characters.
+MAX_NAME_CHARS = 100
+
+
+def check_name(name: Any) -> str:
+    """``name`` if it may name a workload: a str of ASCII letters, digits, ``_`` and ``-``,
+    starting with a letter or ``_``, at most :data:`MAX_NAME_CHARS` characters.
+
+    Raises:
+        ConfigError: Naming what was given (a non-string, an unhashable object, a long or
+            non-ASCII string) and the fix.
+    """
+    if not isinstance(name, str):
+        raise ConfigError(f"workload name {brief(name)} is not a string ({type(name).__name__})",
+                          hint='name it with a word, e.g. register("my-mlp", ...)')
+    if len(name) > MAX_NAME_CHARS or not name.isascii() or \
+            not name.replace("-", "_").isidentifier():
+        raise ConfigError(f"workload name {brief(name)} must be a word of at most "
+                          f"{MAX_NAME_CHARS} ASCII letters, digits, _ and -",
+                          hint='e.g. register("my-mlp", ...)')
+    return name
 
 
 def parse_path(path: str) -> tuple[str, str]:
@@ -62,7 +84,7 @@ def parse_path(path: str) -> tuple[str, str]:
     ok = sep and all(p.isidentifier() for p in module.split(".")) and \
         all(p.isidentifier() for p in attr.split("."))
     if not ok:
-        raise ConfigError(f"workload import path {path!r} is not 'module:attribute'",
+        raise ConfigError(f"workload import path {brief(path)} is not 'module:attribute'",
                           hint="e.g. 'my_models:MyNet' for class MyNet in my_models.py")
     return module, attr
 
@@ -103,9 +125,7 @@ def register(name: str, workload: str | type[Workload] | Workload | Callable[[],
     """
     from . import _REGISTRY  # the built-ins
 
-    if not (isinstance(name, str) and name.replace("-", "_").isidentifier()):
-        raise ConfigError(f"workload name {name!r} must be a word (letters, digits, _ and -)",
-                          hint='e.g. register("my-mlp", ...)')
+    check_name(name)
     if name in _REGISTRY:
         raise ConfigError(f"{name!r} is a built-in workload", hint="register under another name")
     if not replace and (name in _OBJECTS or name in _env_paths()):
@@ -119,14 +139,19 @@ def register(name: str, workload: str | type[Workload] | Workload | Callable[[],
         _OBJECTS[name] = workload
         path = ""
     else:
-        raise ConfigError(f"register({name!r}, {workload!r:.80}): not a workload",
+        raise ConfigError(f"register({name!r}, {brief(workload)}): not a workload",
                           hint="pass 'module:attribute', a Workload subclass, an instance or a "
                                "function returning one")
     os.environ[ENV_VAR] = json.dumps({**_env_paths(), name: path}, sort_keys=True)
 
 
 def unregister(name: str) -> None:
-    """Forget a registration made with :func:`register` (no error when there is none)."""
+    """Forget a registration made with :func:`register` (no error when there is none).
+
+    Raises:
+        ConfigError: ``name`` is not a workload name (:func:`check_name`).
+    """
+    check_name(name)
     _OBJECTS.pop(name, None)
     paths = _env_paths()
     if paths.pop(name, None) is not None:
@@ -182,8 +207,10 @@ def lookup(name: str) -> Workload | None:
 
     Raises:
         ConfigError: The name was registered as an object in another process (a notebook), which
-            this process cannot see; or its import path cannot be imported.
+            this process cannot see; or its import path cannot be imported; or ``name`` is not
+            a workload name (a non-string, an unhashable object: :func:`check_name`).
     """
+    check_name(name)
     if name in _OBJECTS:
         return _instance(name, _OBJECTS[name], "registered object")
     path = _env_paths().get(name)
@@ -213,7 +240,8 @@ def check_reachable(name: str, launcher: Any) -> None:
     Raises:
         ConfigError: With the import-path fix in the hint.
     """
-    if name not in _OBJECTS or launcher is None or launcher.describe().get("kind") == "inprocess":
+    if not isinstance(name, str) or name not in _OBJECTS or launcher is None or \
+            launcher.describe().get("kind") == "inprocess":
         return
     raise ConfigError(
         f"workload {name!r} is an object registered in this process (e.g. a class defined in a "
