@@ -138,7 +138,7 @@ def test_a_bar_stopped_by_the_campaigns_rule_ends_green_at_the_trials_it_ran():
     pytest.importorskip("ipywidgets")
     from tqdm.notebook import tqdm as notebook_bar
 
-    from cubicml_lab.campaign import _end_bar_early
+    from cubicml_lab.campaign.loop import _end_bar_early
 
     stopped = notebook_bar(total=16, desc="rule", leave=True)
     stopped.update(11)

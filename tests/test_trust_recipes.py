@@ -27,7 +27,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import cubicml_lab as cml
-from cubicml_lab.campaign_file import FILE_KEYS
+from cubicml_lab.campaign.files import FILE_KEYS
 from cubicml_lab.errors import ConfigError
 from cubicml_lab.launch import LocalPool, Slurm, Subprocess, Torchrun
 from cubicml_lab.launch.base import sbatch_line

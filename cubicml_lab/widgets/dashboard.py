@@ -12,7 +12,7 @@ import ipywidgets as W
 
 from .._html import fmt, knobs, rows_table
 from ..campaign import Campaign
-from ..campaign_view import status_counts
+from ..campaign.view import status_counts
 from ..errors import CubicMLError
 from ..store import FINAL_STATUSES, Trial, TrialStore
 from ..trials import contention_note, error_summary, is_contended, trial_log

@@ -42,11 +42,11 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ._bounds import check_count, check_regular_or_absent, load_yaml, read_regular
-from ._params import brief
-from .errors import ConfigError, SpaceError
-from .space import Space
-from .store import TrialStore
+from .._bounds import check_count, check_regular_or_absent, load_yaml, read_regular
+from .._params import brief
+from ..errors import ConfigError, SpaceError
+from ..space import Space
+from ..store import TrialStore
 
 __all__ = ["FILE_KEYS", "campaign_from_file", "campaign_to_dict", "read_campaign_file",
            "recipe_of", "write_campaign_file"]
@@ -70,7 +70,7 @@ def campaign_to_dict(camp: Any, budget: int | None = None,
     Raises:
         ConfigError: The searcher holds what a file cannot (a cost model function, ...).
     """
-    from .search.describe import searcher_to_dict
+    from ..search.describe import searcher_to_dict
 
     return {"name": camp.name, "workload": camp.workload.name, "space": camp.space.to_dict(),
             "fixed": dict(camp.fixed), "device": camp.device,
@@ -97,7 +97,7 @@ def _file_command(path: str | os.PathLike[str], data: dict[str, Any]) -> Any:
     Raises:
         ConfigError: Not a mapping, an unknown key, or what ``Command`` refuses, with the path.
     """
-    from .workloads import Command
+    from ..workloads import Command
 
     entry = data.get("command")
     if entry is None:
@@ -165,7 +165,7 @@ def campaign_from_file(cls: type, path: str | os.PathLike[str],
     Raises:
         ConfigError, SpaceError, StoreError: What is wrong, with the file's path.
     """
-    from .search.describe import searcher_from_dict
+    from ..search.describe import searcher_from_dict
 
     data = read_campaign_file(path)
     try:
@@ -203,7 +203,7 @@ def _size(path: str | os.PathLike[str], data: dict[str, Any], key: str, default:
 
 def _file_launcher(path: str | os.PathLike[str], entry: Any) -> Any:
     """The file's launcher, its errors prefixed with the file's path."""
-    from .launch.describe import launcher_from_dict
+    from ..launch.describe import launcher_from_dict
 
     try:
         return launcher_from_dict(entry)

@@ -16,37 +16,27 @@ Example:
 
 from __future__ import annotations
 
+import math
 import statistics
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from .errors import SearchError
-from .trials import figure_flag, is_contended
+from ..errors import SearchError
+from ..trials import TrialResult, error_summary, figure_flag, is_contended
+from .state import CampaignState
 
 if TYPE_CHECKING:
     import pandas as pd
 
-    from .launch import Launcher
-    from .search.proposal import Proposal
-    from .space import Space
-    from .store import Trial, TrialStore
-    from .workloads.base import Workload
+    from ..space import Space
+    from ..store import Trial
 
-__all__ = ["CampaignView", "status_counts"]
+__all__ = ["CampaignView", "format_trial", "status_counts"]
 
 
-class CampaignView:
+class CampaignView(CampaignState):
     """What a :class:`~cubicml_lab.Campaign` shows of itself; it reads the store and changes
     nothing."""
-
-    name: str
-    space: Space
-    store: TrialStore
-    searcher: Any
-    launcher: Launcher
-    workload: Workload
-    reference: dict[str, Any] | None
-    stop_reason: str | None
-    proposals: list[Proposal]
 
     @property
     def objective(self) -> str:
@@ -78,7 +68,7 @@ class CampaignView:
         """
         if full:
             return self.dataframe()
-        from .store.tables import readable_frame
+        from ..store.tables import readable_frame
 
         return readable_frame(self.trials(), self.space.names, self.objective)
 
@@ -182,7 +172,7 @@ class CampaignView:
                 "stop_reason": self.stop_reason, "waiting": len(self.proposals)}
 
     def _facts(self) -> list[tuple[str, Any]]:
-        from ._html import fmt, knobs
+        from .._html import fmt, knobs
 
         s = self.summary()
         facts: list[tuple[str, Any]] = [
@@ -210,13 +200,13 @@ class CampaignView:
                 f"store={str(self.store.path)!r}, trials={len(self.trials())})")
 
     def __str__(self) -> str:
-        from ._html import fmt
+        from .._html import fmt
 
         return f"Campaign {self.name!r}\n" + "\n".join(f"  {k}: {fmt(v)}"
                                                      for k, v in self._facts())
 
     def _repr_html_(self) -> str:
-        from ._html import card
+        from .._html import card
 
         return card(f"Campaign '{self.name}'", self._facts(),
                     note="campaign.table(): one row per trial; table(full=True): every field")
@@ -225,6 +215,31 @@ class CampaignView:
         """Seconds from the first trial's start to the last trial's end."""
         times = [(t.started_at, t.ended_at) for t in self.trials() if t.started_at and t.ended_at]
         return max(e for _, e in times) - min(s for s, _ in times) if times else 0.0
+
+
+def format_trial(trial_id: int, space: Space, config: Mapping[str, Any], result: TrialResult,
+                 objective: str) -> str:
+    """One line per finished trial: id, status, objective with its 95% CI, step time and the
+    searched knobs. The CI is the stored figure's (``{objective}_rel_ci``: for a CPU trial, of
+    the windows corrected for the machine's speed), where it has none the raw step time's;
+    ``±?`` when it is unknown (a figure from a single window)."""
+    knobs = " ".join(f"{n}={config[n]}" for n in space.names)
+    if result.status == "ok":
+        m = result.metrics
+        unit = "tokens/s" if "tokens_per_s" in m else "units/s"
+        value = m.get(objective, math.nan)
+        shown = (f"{value:>12,.0f} {unit}" if objective == "throughput"
+                 else f"{objective}={value:.4g}")
+        spread = m.get(f"{objective}_rel_ci", m.get("step_time_rel_ci", math.nan))
+        ci = (f"±{100 * spread:.1f}%" if isinstance(spread, (int, float))
+              and math.isfinite(spread) else "±?")  # unknown: a single window
+        step = m.get("step_time_s", math.nan)
+        flag = ("  [contended: other work shared the cores; not trusted]"
+                if is_contended(m) else "")
+        return (f"trial {trial_id:>3}  ok       {shown} {ci}  "
+                f"step {step:.3f} s  {knobs}{flag}")
+    short = error_summary(result.error, 80)
+    return f"trial {trial_id:>3}  {result.status:<8} {'-':>21}  {knobs}  [{short}]"
 
 
 def status_counts(summary: dict[str, Any]) -> str:
