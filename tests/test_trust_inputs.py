@@ -175,6 +175,16 @@ def test_searcher_counts_and_seeds_are_checked_when_built(kind, arg, value):
         assert isinstance(err, SearchError) and arg in err.message
 
 
+@FAST
+@given(ANY_NUMBER)
+def test_ask_n_is_bounded(n):
+    s = cml.RandomSearch(cml.Space([cml.Int("a", 1, 8)]))
+    err = refused(s.ask, n)
+    assert (err is None) == _good_count(n, 1, 200_000)
+    if err is None:
+        assert len(s.ask.__self__.pending) == min(int(n), 8)
+
+
 def test_a_billion_candidates_is_refused_before_any_ask():
     err = refused(cml.BayesianSearch, cml.Space([cml.Int("a", 1, 10**9)]), num_candidates=10**9)
     assert "num_candidates" in err.message and "200,000" in err.message
@@ -379,6 +389,25 @@ def test_a_search_over_a_space_without_the_layout_constraint_does_not_crash():
                 s.tell(config, {"throughput": job.throughput(config),
                                 "peak_mem_gib": job.memory_gib(config)})
     assert s.last_ask_info["layouts_left_out"] > 0
+
+
+@FAST
+@given(st.dictionaries(st.one_of(st.sampled_from(["tp", "pp", "dp", "micro_batch", "recompute",
+                                                  "zero_stage", "n_gpus", "hidden"]),
+                                 st.text(max_size=3), st.integers(0, 3).map(lambda k: 10**5000 + k),
+                                 st.integers()),
+                       st.one_of(ANY_NUMBER, st.sampled_from(["none", "full", "x"])),
+                       max_size=4))
+def test_physics_configs_give_numbers_or_a_config_error(config):
+    job = _job()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        err = refused(job.cost_terms, config)
+        if err is None:
+            assert all(math.isfinite(v) for v in job.cost_terms(config).values())
+        else:
+            assert isinstance(err, ConfigError)
+        refused(job.memory_gib_frame, [config, {"tp": 2}])
 
 
 @FAST

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
 # ------------------------------------------------------------------------ the knob vocabulary
-_DEGREE, _BOOL, _SIZE = "a number >= 1", "a bool", "a positive integer up to 2**53"
+_DEGREE, _BOOL, _SIZE = "a number from 1 to 2**53", "a bool", "a positive integer up to 2**53"
 #: Largest fact or degree (GPUs, layers, sizes): the integers a float64 holds exactly.
 MAX_FACT = 2**53
 #: What each knob accepts: a description, or the tuple of its values.
@@ -394,7 +394,13 @@ class LLMTrainingModel:
         if frame:
             import pandas as pd
 
-            codes, uniques = pd.factorize(data, use_na_sentinel=False)
+            try:
+                codes, uniques = pd.factorize(data, use_na_sentinel=False)
+            except TypeError:  # a list or dict in a cell
+                bad = next(v for v in data if not _hashable(v))
+                raise ConfigError(f"config {brief(column)} holds {brief(bad)}, not a valid "
+                                  f"{brief(target)}: it must be {_describe(target)}",
+                                  hint="give each row a plain value") from None
             uniques = [u.item() if isinstance(u, np.generic) else u for u in uniques]
         else:
             codes, uniques = None, list(data)
@@ -411,7 +417,8 @@ class LLMTrainingModel:
         return typed if codes is None else typed[codes]
 
     def _warn(self, unknown: list[str]) -> None:
-        new = [str(c) for c in unknown if str(c) not in self._warned]
+        shown = [c if isinstance(c, str) and len(c) <= 100 else brief(c) for c in unknown]
+        new = [c for c in shown if c not in self._warned]
         if new:
             self._warned.update(new)
             warnings.warn(f"LLMTrainingModel ignores config key(s) {new}: not in its vocabulary "

@@ -121,7 +121,7 @@ def register(name: str, workload: str | type[Workload] | Workload | Callable[[],
 
     Example:
         >>> register("my-mlp", "my_models:MLP")          # doctest: +SKIP
-        >>> cml.measure("my-mlp", {"width": 256}, launcher=cml.launch.Subprocess())  # +SKIP
+        >>> cml.measure("my-mlp", {"width": 256}, launcher=cml.launch.Subprocess())  # doctest: +SKIP
     """
     from . import _REGISTRY  # the built-ins
 
