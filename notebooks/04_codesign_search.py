@@ -39,9 +39,11 @@ from cubicml_lab.demo import DEFAULT_CONFIG, DEMO_MEASURE, demo_space, summary_t
 SMOKE = os.environ.get("CUBICML_LAB_SMOKE") == "1"  # CI runs the notebook with tiny budgets
 N_INIT = 2 if SMOKE else 5  # trials before Bayesian optimisation: the default, then random
 START = N_INIT  # trials run without review (nothing to predict from before)
-BUDGET = 6 if SMOKE else 16  # finished trials when the campaign stops, reviewed ones included
+BUDGET = 5 if SMOKE else 16  # finished trials when the campaign stops, reviewed ones included
 MEMORY_LIMIT_GIB = 2.0  # proposals predicted to need more count as not fitting
 MEASURE = {"max_time_s": 0.5, "warmup_max_s": 1.0} if SMOKE else DEMO_MEASURE
+# a fresh process per trial; the smoke run measures in the kernel (no interpreter per trial)
+LAUNCHER = cml.launch.InProcess() if SMOKE else cml.launch.Subprocess(timeout_s=120)
 ROOT = Path.cwd().parent if Path.cwd().name == "notebooks" else Path.cwd()
 RUNS = Path(os.environ.get("CUBICML_LAB_RUNS", ROOT / "runs"))  # git-ignored
 STORE = RUNS / "04_codesign.sqlite"
@@ -64,7 +66,7 @@ space = demo_space()
 search = cml.BayesianSearch(space, objective="throughput", seed=SEED, n_init=N_INIT,
                             memory_limit_gib=MEMORY_LIMIT_GIB)
 campaign = cml.Campaign(CAMPAIGN, space, workload="gpt", searcher=search,
-                        launcher=cml.launch.Subprocess(timeout_s=120),
+                        launcher=LAUNCHER,
                         store=cml.TrialStore(STORE), measure_options=MEASURE,
                         reference=DEFAULT_CONFIG)
 dashboard = cml.widgets.CampaignDashboard(campaign)
