@@ -26,8 +26,9 @@ help:
 	@echo "make docs       the documentation site into site/: guide, notebooks, API reference (~30 s)"
 
 # A torch that the base interpreter already has is kept (the venv sees it through
-# --system-site-packages); otherwise torch==2.13.0 is installed before the package, so that pip's
-# resolver never pulls an unpinned torch with gigabytes of CUDA packages.
+# --system-site-packages); otherwise torch==2.13.0 is pinned in the same pip call as the package
+# (one resolve, one pass over the indexes), so that pip's resolver never pulls an unpinned torch
+# with gigabytes of CUDA packages.
 $(STAMP): pyproject.toml
 	@if $(PYTHON) -c "import torch" 2>/dev/null; then \
 	  echo "using the torch of $(PYTHON): $$($(PYTHON) -c 'import torch; print(torch.__version__)')"; \
@@ -35,9 +36,9 @@ $(STAMP): pyproject.toml
 	else \
 	  $(PYTHON) -m venv $(VENV); \
 	fi
-	@$(PY) -c "import torch" 2>/dev/null || { echo "installing $(TORCH_PIN)"; $(PIP) install "$(TORCH_PIN)"; }
-	@echo "installing cubicml-lab and its dependencies into $(VENV)"
-	@$(PIP) install -e ".[dev]" 2>&1 | grep -v "is ignored: it is neither a file nor a directory" || true
+	@pin=; $(PY) -c "import torch" 2>/dev/null || { pin="$(TORCH_PIN)"; echo "installing $(TORCH_PIN)"; }; \
+	  echo "installing cubicml-lab and its dependencies into $(VENV)"; \
+	  $(PIP) install $$pin -e ".[dev]" 2>&1 | grep -v "is ignored: it is neither a file nor a directory" || true
 	@$(PY) -c "import cubicml_lab, botorch, torch" || { echo "install failed"; exit 1; }
 	@touch $(STAMP)
 
