@@ -29,6 +29,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import numbers
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -157,12 +158,14 @@ class Space:
     """A set of valid training configurations.
 
     Args:
-        parameters: The knobs to search (a list), each with a unique name that is a Python
-            identifier.
+        parameters: The knobs to search (a list), each with a unique name that is an ASCII
+            Python identifier and not a keyword (Python's parser folds Unicode names by NFKC,
+            so ``ｔｐ`` would be read as ``tp``); so are constant and derived names.
         constants: Fixed values usable in expressions and passed to the workload (e.g. world_size).
         derived: ``name -> expression`` computed from parameters, constants and earlier derived
             values, in order (e.g. ``{"dp": "world_size // (tp * pp)"}``).
-        constraints: A list of expressions that every valid configuration makes true.
+        constraints: A list of expressions that every valid configuration makes true; each
+            gives True or False (a number, a string or NaN is refused, not read as true).
 
     Raises:
         SpaceError: On an argument of the wrong type (a bare string as ``constraints``, say),
@@ -469,10 +472,10 @@ class Space:
 
         n = check_count("sample(n)", n, low=0, high=MAX_SAMPLE, error=SpaceError,
                         why="MAX_SAMPLE: draw a pool of a few thousand")
-        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, numbers.Integral)):
             raise SpaceError(f"sample(seed={brief(seed)}): the seed must be an int or None",
                              hint="e.g. seed=0")
-        rng = random.Random(seed)
+        rng = random.Random(None if seed is None else int(seed))
         if self.is_discrete and self._enumerable():
             valid = self._valid_list()
             if n > len(valid):

@@ -422,8 +422,9 @@ class BayesianSearch(Searcher):
                                    ("stop_patience", stop_patience, 1, MAX_N_INIT)):
             check_count(name, v, low=low, high=high, error=SearchError)
         for name, v in (("stop_threshold", stop_threshold), ("memory_limit_gib", memory_limit_gib)):
-            if v is not None and not (isinstance(v, (int, float)) and not isinstance(v, bool)
-                                      and 0 < v <= 1e12 and math.isfinite(v)):
+            number = isinstance(v, (int, float)) and not isinstance(v, bool) and \
+                0 < v <= 1e12 and math.isfinite(v)
+            if (v is not None or name == "stop_threshold") and not number:
                 raise SearchError(f"{name} = {brief(v)} must be a finite number > 0",
                                   hint="e.g. stop_threshold=0.005 (0.5 %), memory_limit_gib=80")
         if second_direction not in ("maximize", "minimize"):
