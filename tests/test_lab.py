@@ -4,7 +4,7 @@ The server is the one a person starts (`make lab` in this checkout, with LAB_ARG
 and a token), in its own process group. The tests read its REST API, start the registered kernel,
 check that the checkout's `git status` is what it was, that the git filter `make lab` installs
 keeps a notebook saved with outputs out of `git diff`, that a notebook run and saved through
-`make lab SMOKE=1` (its kernel and its contents API, on a copy of notebooks/) leaves `git status`
+`make lab SMOKE=1` (its kernel and its contents API, on a copy of the notebook) leaves `git status`
 clean, and that stopping it frees the port.
 """
 
@@ -150,13 +150,15 @@ def test_git_filter_keeps_outputs_out_of_git(lab, tmp_path):
     assert len(added) == 1 and edit in added[0], diff
 
 
-def _copy_of_the_notebooks(repo: Path) -> None:
-    """This checkout's notebooks/, .gitattributes and .gitignore as they are now, in ``repo``."""
+def _copy_of_the_notebook(repo: Path, name: str) -> None:
+    """This checkout's notebook ``name``, its .py twin, notebooks/jupytext.toml, .gitattributes
+    and .gitignore as they are now, in ``repo`` (the other notebooks would only give the git
+    filter, a Python process per file, more to clean)."""
     (repo / "notebooks").mkdir(parents=True)
-    for name in (".gitattributes", ".gitignore"):
-        shutil.copy(REPO / name, repo / name)
+    for dotfile in (".gitattributes", ".gitignore"):
+        shutil.copy(REPO / dotfile, repo / dotfile)
     for path in (REPO / "notebooks").iterdir():
-        if path.suffix in (".ipynb", ".py", ".toml"):
+        if path.suffix == ".toml" or path.stem == Path(name).stem:
             shutil.copy(path, repo / "notebooks" / path.name)
 
 
@@ -215,7 +217,7 @@ def test_a_notebook_run_and_saved_in_jupyterlab_leaves_git_status_clean(tmp_path
     if shutil.which("make") is None or not _in_git_checkout():
         pytest.skip("needs make and a git checkout")
     name = "01_define_space.ipynb"
-    _copy_of_the_notebooks(tmp_path / "repo")
+    _copy_of_the_notebook(tmp_path / "repo", name)
     server = LabServer(tmp_path / "lab.log", env={
         "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime"), "CUBICML_LAB_RUNS": None,
         "CUBICML_LAB_SMOKE": None, "MPLBACKEND": None}, make_vars=("SMOKE=1",),
