@@ -58,6 +58,7 @@ _LAZY = {
     "MLPPredictor": "cubicml_lab.surrogate",
     "evaluate_predictor": "cubicml_lab.surrogate",
     "learning_curve": "cubicml_lab.surrogate",
+    "BayesianOptions": "cubicml_lab.search",
     "BayesianSearch": "cubicml_lab.search",
     "PredictorGuidedSearch": "cubicml_lab.search",
     "Proposal": "cubicml_lab.search",

@@ -2,7 +2,8 @@
 
 :class:`Searcher` holds the shared bookkeeping (pool, pending, told, enqueued, best);
 :class:`RandomSearch` draws uniformly from the untried pool; :class:`BayesianSearch` fits a GP on
-log(objective) and maximises noisy expected improvement over the pool;
+log(objective) and maximises noisy expected improvement over the pool, tuned by one
+:class:`BayesianOptions` record;
 :class:`PredictorGuidedSearch` (the CubicML paper's loop) fits an MLP predictor and launches its
 predicted top-k. Importing this package does not import torch; BoTorch loads at the first
 Bayesian-optimisation step. :class:`TableObjective` replays a search offline against a table of
@@ -16,9 +17,10 @@ from .base import Searcher
 from .bayesian import BayesianSearch
 from .compare import compare_searchers, searcher_factory, summarize_searches
 from .guided import PredictorGuidedSearch
+from .options import BayesianOptions
 from .proposal import Proposal
 from .random import RandomSearch
 from .table import TableObjective, TableResult
 
-__all__ = ["BayesianSearch", "PredictorGuidedSearch", "Proposal", "RandomSearch", "Searcher", "TableObjective",
+__all__ = ["BayesianOptions", "BayesianSearch", "PredictorGuidedSearch", "Proposal", "RandomSearch", "Searcher", "TableObjective",
            "TableResult", "compare_searchers", "searcher_factory", "summarize_searches"]

@@ -1,76 +1,45 @@
 """Bayesian optimisation over a discrete pool: a GP on log(objective), noisy expected improvement.
 
-:class:`BayesianSearch` runs in two phases.
+:class:`BayesianSearch` runs in two phases, each in a module of its own.
 
-1. **Before the GP.** *With a prior* (a ``cost_model``, or ``history``), until ``PRIOR_MIN_OK``
-   (2) ok observations exist: the prior's best predicted-feasible configurations (phase
-   ``"prior"``): ranked by minus the log of the summed cost terms (the cost model's step time;
-   without one, by the history's prediction), among those whose probability of running is at
-   least ``PRIOR_P_FEASIBLE`` (0.5), each differing from everything tried, pending or picked in at
-   least ``PRIOR_MIN_DIFF`` (2) knobs, so the first trials are the prior's best guesses, not
-   copies of one. While every trial failed and no memory model says why, the space-filling
-   design below stands in for the prior's picks until one trial runs. *Without a prior*, an
-   **initial design** until ``n_init`` trials were told (failures count: an out-of-memory
-   trial is information too), then the GP as soon as 2 ok
-   trials exist: greedy maximin in the normalised encoded space (each column scaled to [0, 1]
-   by ``space.encoded_bounds()``), each point the untried configuration farthest from
-   everything already told (failures included), pending or picked, its distance weighted by
-   its probability of running once a failure was told (or a memory model given); the first
-   point is a seeded random pick among the likeliest to run.
+1. **Before the GP**: with a prior (a ``cost_model``, or ``history``) the prior's best
+   predicted-feasible configurations until ``PRIOR_MIN_OK`` (2) ok observations exist
+   (:mod:`~cubicml_lab.search.prior`, which also holds "Transfer": how history enters the GP's
+   prior mean); without one, a space-filling **initial design** until ``n_init`` trials were
+   told (:mod:`~cubicml_lab.search.design`). While every trial failed and no memory model says
+   why, the space-filling design stands in for the prior's picks until one trial runs.
 2. **BO**: a :class:`~cubicml_lab.surrogate.GPPredictor` (``SingleTaskGP``, ``Normalize`` /
    ``Standardize``, float64) is fitted on ``log(objective)`` of the ok observations (on
-   ``log(1 / objective)`` when minimising, so a larger model output is always better), and
-   ``qLogNoisyExpectedImprovement`` (``X_baseline`` = observed ok configurations, those
-   with an unflagged figure while any exists: see "Flagged figures" below,
-   ``prune_baseline=True``, a seeded ``SobolQMCNormalSampler``) is evaluated exhaustively over the
-   untried pool in chunks of shape ``(chunk, 1, d)`` (a pool larger than ``SCREEN_SIZE`` is first
-   screened to that many by the analytic log EI against the best posterior mean observed). A
-   batch (``n > 1``) is built greedily: take the best, add it to ``X_pending``, re-evaluate,
-   repeat, so the batch is diverse. Configurations asked but not yet told are passed as
-   ``X_pending`` too. The hyperparameters are fitted from scratch only every 25 % of growth of
+   ``log(1 / objective)`` when minimising, so a larger model output is always better), and the
+   acquisition (:mod:`~cubicml_lab.search.acquisition`: noisy expected improvement weighted by
+   the probability of running, or the hypervolume improvement of two objectives) picks from the
+   untried pool. The hyperparameters are fitted from scratch only every 25 % of growth of
    the history and warm-started in between (``BayesianSearch._fit``). Every fit is of exactly
    the observations told so far, kept under a key that holds them all, and shared by the ask,
    :meth:`BayesianSearch.recommend` and :meth:`BayesianSearch.fit_predictor` at that point
    (``predictor.n_train`` is what a proposal's "why" counts); so asking for a recommendation
    early changes no later proposal.
 
+Its knobs are one record, :class:`~cubicml_lab.search.options.BayesianOptions`.
+
 If the GP cannot be fitted (fewer than 2 distinct ok configurations, all ok values identical, or a
 numerical failure) that ask falls back to the space-filling step; :attr:`last_ask_info` says why.
 
 **Failures.** Failed trials (oom, failed, timeout) do not enter the objective's GP; they are never
 proposed again, and they teach a :class:`~cubicml_lab.surrogate.FeasibilityModel` (a GP classifier
-of ran/failed, and with ``memory_limit_gib`` a log peak-memory GP): the acquisition value of every
-candidate is multiplied by its probability of running (added in log space, exactly far into the
-tail, floored at ``LOG_P_FLOOR``), so the search learns the out-of-memory boundary instead of
-walking into it again. Before the first failure (and without a memory limit) the weight is 1.
-While every trial told has failed (nothing to contrast them with), a configuration's weight
-falls with its nearness to the failures (``FAILURE_LENGTH``), so the first out-of-memory trial
-already steers the next proposals away from it.
+of ran/failed, and with ``memory_limit_gib`` a log peak-memory GP) whose probability of running
+weights the acquisition. Before the first failure (and without a memory limit) the weight is 1.
 
 **Memory model.** ``memory_model`` (config -> predicted peak GiB per GPU, e.g.
 ``cml.analytical.LLMTrainingModel(...).memory_gib``) with ``memory_limit_gib`` seeds the
 feasibility model: from the first ask, configurations predicted not to fit get a low probability
 of running, and every trial corrects the prediction (the GP then models measured / predicted
 memory; an out-of-memory trial is a censored observation above the limit: see
-:class:`~cubicml_lab.surrogate.FeasibilityModel`). In BO it also bounds the acquisition's bets:
-while at least as many untried configurations as asked for have a probability of running of at
-least ``BO_P_FEASIBLE`` (0.5), the others are left out (weighted by ``LOG_P_FLOOR``), so the search
-does not trade a launch that probably runs out of memory for a large expected improvement; the
-prior's first picks keep to ``PRIOR_P_FEASIBLE`` alike. Without a memory model every configuration
-stays in, weighted by its probability (a classifier of a few failures is too rough to cut by).
-A memory model is evaluated once per
-configuration (cached), through its vectorised twin when it has one (``memory_gib_frame``,
-:func:`~cubicml_lab.surrogate.gp.batch_method`); so is a cost model (``cost_terms_frame``).
-
-**Transfer.** ``history`` (campaign names of ``store``, DataFrames or Datasets of related jobs:
-another model size, GPU count or device) is read and mapped onto this space by
-:class:`~cubicml_lab.search.history.HistoryModel`, which fits a GP on the history's log
-objective. Its prediction ``h`` enters the objective GP's prior mean as one more cost term,
-``exp(-h)``, whose weight the GP fits to the target's own trials (with no cost model the mean is
-then ``b - c h``: a learned scale of the history), and ranks the first proposals when there is no
-cost model. Once ``HISTORY_CHECK_MIN_OK`` (4) ok trials exist, history whose ``h`` ranks them with
-a Kendall tau at most ``MIN_HISTORY_TAU`` (0.2) is dropped for the rest of the search: related
-history helps from the first trial, unrelated history is caught after a few.
+:class:`~cubicml_lab.surrogate.FeasibilityModel`). In BO it also bounds the acquisition's bets
+(``BO_P_FEASIBLE``); the prior's first picks keep to ``PRIOR_P_FEASIBLE`` alike. A memory model
+is evaluated once per configuration (cached), through its vectorised twin when it has one
+(``memory_gib_frame``, :func:`~cubicml_lab.surrogate.gp.batch_method`); so is a cost model
+(``cost_terms_frame``).
 
 **Observed noise.** With ``noise_metric`` None the search reads each ok trial's relative spread
 from ``"<objective>_rel_ci"``, ``"throughput_rel_ci"`` or ``"step_time_rel_ci"`` (the first that
@@ -115,15 +84,10 @@ relative: 0.005 is 0.5 %). :meth:`BayesianSearch.should_stop` fires when it has 
 ``stop_threshold`` for ``stop_patience`` BO asks in a row; :attr:`stop_reason` says so in words.
 
 **Two objectives.** With ``second_objective`` (e.g. ``"peak_mem_gib"``, minimised by default) the
-search models both (a GP each, on logs) and maximises ``qLogNoisyExpectedHypervolumeImprovement``
-with the reference point just below the worst observed values; :meth:`BayesianSearch.pareto`
-returns the non-dominated trials. The stopping rule then reads the expected hypervolume
-improvement relative to the current hypervolume. BoTorch (0.18) compiles a fused C++ kernel of
-that acquisition at its first use (``-O3 -march=native``, into ``~/.cache/torch_extensions``,
-rebuilt for each environment): 50 s on a 2-core VM, a stall of the first two-objective ask, and
-a library tuned to one CPU in a cache that a cluster's nodes may share. The search keeps
-BoTorch's PyTorch implementation instead, which proposed the same configurations in the same
-time (3 seeds x 6 asks of 2 on a 100-configuration space, 18.7 s either way, 2026-11-27).
+search models both (a GP each, on logs) and maximises the expected hypervolume improvement
+(:mod:`~cubicml_lab.search.acquisition`); :meth:`BayesianSearch.pareto` returns the
+non-dominated trials. The stopping rule then reads the expected hypervolume improvement relative
+to the current hypervolume.
 
 Determinism: torch and numpy are seeded from ``(seed, n_told)`` at each ask, so a searcher told the
 same history proposes the same configurations (a resumed campaign continues as if it had never
@@ -135,56 +99,39 @@ from __future__ import annotations
 import math
 import threading
 import time
-import warnings
 from dataclasses import replace
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .._bounds import check_count
 from .._params import brief
 from ..errors import PredictorError, SearchError
 from ..timing.figures import DRIFT_BOUNDS, DRIFT_EXPONENT, DRIFT_PRIOR_SD
 from ..trials import figure_flag, is_contended
-from .base import MAX_CANDIDATES, Searcher
+from . import acquisition as acq
+from .acquisition import BO_P_FEASIBLE, log_ei_standard
+from .base import Searcher
+from .design import failure_proximity, normalised, space_filling
 from .history import HistoryModel
+from .options import MAX_MC_SAMPLES, MAX_N_INIT, BayesianOptions, default_n_init
+from .prior import PRIOR_MIN_OK, PriorTerms, cost_term_scores, prior_picks
 from .proposal import Proposal
 
 if TYPE_CHECKING:
-    import torch
-
     from ..space import Space
 
-__all__ = ["BayesianSearch", "at_drift_exponent", "default_n_init", "drift_covariate",
-           "learn_drift", "observed_noise"]
+# names that lived here before the search was split (tests and notebooks import them from here)
+_PriorTerms = PriorTerms
+_REEXPORTED = (BO_P_FEASIBLE, MAX_MC_SAMPLES, MAX_N_INIT, log_ei_standard)
+
+__all__ = ["BayesianOptions", "BayesianSearch", "at_drift_exponent", "default_n_init",
+           "drift_covariate", "learn_drift", "observed_noise"]
 
 #: L-BFGS-B iterations of a warm-started hyperparameter fit (see ``BayesianSearch._fit``).
 WARM_MAX_ITER = 40
 #: L-BFGS-B iterations of each feasibility-model GP (cold-started at every ask).
 FEASIBILITY_MAX_ITER = 40
-#: Largest ``n_init`` and ``stop_patience`` (trials).
-MAX_N_INIT = 100_000
-#: Largest ``mc_samples`` (each draws a posterior sample of every scored candidate).
-MAX_MC_SAMPLES = 4_096
-#: Observed configurations (those of highest posterior mean) kept as qLogNEI's baseline.
-BASELINE_MAX = 64
-#: Pools larger than this are screened by analytic log EI to this many before qLogNEI runs.
-SCREEN_SIZE = 2048
-#: Length (normalised encoded units: a quarter of a knob's range) over which a failure makes
-#: its neighbours likely to fail too, while every trial told failed (``_failure_proximity``).
-FAILURE_LENGTH = 0.25
-#: Floor of log P(runs) in the acquisition (a configuration all but sure to fail).
-LOG_P_FLOOR = -1e4
-#: With a prior (``cost_model`` or ``history``) the GP takes over at this many ok trials.
-PRIOR_MIN_OK = 2
-#: The prior's picks need at least this probability of running (memory model, failures told).
-PRIOR_P_FEASIBLE = 0.5
-#: With a memory model, BO proposes only configurations at least this likely to run while
-#: enough of them remain (None: every configuration, weighted by its probability).
-BO_P_FEASIBLE: float | None = 0.5
-#: Each of the prior's picks differs from everything tried, pending or picked in this many knobs.
-PRIOR_MIN_DIFF = 2
 #: Told metrics read as a trial's relative spread (observed noise) when ``noise_metric`` is None.
 NOISE_METRICS = ("throughput_rel_ci", "step_time_rel_ci")
 #: Relative spread assumed at least for a contended measurement (10 %).
@@ -232,33 +179,6 @@ def observed_noise(metrics: Sequence[Mapping[str, float]], objective: str = "thr
     if contended.any() and (~contended).sum() >= 2:
         keep = ~contended  # no spread known: leave them out
     return None, keep
-
-
-def log_ei_standard(z: torch.Tensor) -> torch.Tensor:
-    """``log(phi(z) + z * Phi(z))``: the log expected improvement over ``z`` of a standard
-    normal, elementwise, float64, stable far into the negative tail.
-
-    The expected improvement of ``N(mu, sigma^2)`` over a threshold ``t`` is
-    ``sigma * h((mu - t) / sigma)`` with this ``h``. For ``z <= -1`` it is computed as
-    ``log phi(z) + log1p(-|z| sqrt(pi/2) erfcx(|z| / sqrt 2))``, and below ``z = -1e4`` as
-    ``log phi(z) - 2 log|z|`` (the leading term), where the direct form would round to
-    ``log 0``. Agrees with BoTorch's analytic LogEI to 1e-9 (``tests/test_search.py``).
-
-    Example:
-        >>> import torch
-        >>> round(float(log_ei_standard(torch.tensor([0.0], dtype=torch.float64))[0]), 6)
-        -0.918939
-    """
-    import torch
-
-    z = torch.as_tensor(z, dtype=torch.float64)
-    log_phi = -0.5 * z * z - 0.5 * math.log(2.0 * math.pi)
-    upper = torch.log(torch.exp(log_phi) + z * torch.special.ndtr(z))  # z > -1
-    tail = torch.clamp(z, max=-1.0)
-    w = -tail * math.sqrt(math.pi / 2.0) * torch.special.erfcx(-tail / math.sqrt(2.0))
-    lower = log_phi + torch.log1p(-w.clamp(max=1.0 - 1e-16))
-    far = log_phi - 2.0 * torch.log(-torch.clamp(z, max=-1.0))
-    return torch.where(z > -1.0, upper, torch.where(z > -1e4, lower, far))
 
 
 #: Refits at a newly learned drift exponent, at most (module doc, "Machine drift").
@@ -321,40 +241,62 @@ def learn_drift(fit: Callable[[np.ndarray, Any], Any], values: np.ndarray,
     return pred, beta, out
 
 
-def default_n_init(space: Space, pool_size: int | None = None) -> int:
-    """Initial-design size: ``min(max(4, d + 1), 8)`` with ``d`` the encoded dimension, and at
-    most a tenth of an explicit candidate pool of ``pool_size`` (but at least 3): on a table of
-    40 configurations, 8 random trials would already be a fifth of it."""
-    n = min(max(4, len(space.encoded_names) + 1), 8)
-    return n if pool_size is None else min(n, max(3, pool_size // 10))
+def _check_models(opts: BayesianOptions, objective: str, **given: Any) -> None:
+    """What a search is given (``cost_model``, ``features``, ``memory_model``, ``history``)
+    checked against itself and the options (the options check themselves when built).
+
+    Raises:
+        SearchError: Naming the argument and the fix.
+    """
+    memory_model = given["memory_model"]
+    if memory_model is not None and not callable(memory_model):
+        raise SearchError(f"memory_model = {brief(memory_model)} is not callable",
+                          hint="pass a function config -> predicted peak GiB per GPU, e.g. "
+                               "cml.analytical.LLMTrainingModel(...).memory_gib")
+    if memory_model is not None and opts.memory_limit_gib is None:
+        raise SearchError("memory_model is given but memory_limit_gib is not: the memory "
+                          "model's predictions need a device memory to compare with",
+                          hint="add memory_limit_gib=80 (GiB per GPU, e.g. an 80 GB H100)")
+    if memory_model is not None and not opts.feasibility:
+        raise SearchError("memory_model needs feasibility=True (it seeds the feasibility "
+                          "model)", hint="drop feasibility=False or memory_model")
+    for name in ("cost_model", "features", "history"):
+        fn = given[name]
+        if opts.second_objective is not None and fn is not None:
+            raise SearchError(f"{name} works with one objective, not with second_objective",
+                              hint="drop one of them")
+        if fn is not None and name != "history" and not callable(fn):
+            raise SearchError(f"{name} = {brief(fn)} is not callable",
+                              hint="pass a function config -> list of numbers, or None")
+    if opts.second_objective is not None and opts.second_objective == objective:
+        raise SearchError(f"second_objective = {brief(opts.second_objective)} is the "
+                          "objective itself", hint="name another metric, e.g. 'peak_mem_gib'")
+
+
+def _option(name: str) -> property:
+    return property(lambda self: getattr(self.options, name),
+                    doc=f"``options.{name}`` (read-only; see :class:`BayesianOptions`).")
 
 
 class BayesianSearch(Searcher):
     """GP-based Bayesian optimisation with the ask/tell interface of :class:`Searcher`.
 
     Args:
-        space, objective, direction, candidates, seed, num_candidates: as :class:`Searcher`.
-        n_init: Trials (any status) of the space-filling design before the GP takes over,
-            without a prior (default :func:`default_n_init`: ``min(max(4, d + 1), 8)``, ``d`` =
-            encoded dimension, and at most a tenth of an explicit candidate pool).
-        log_objective: Model ``log(objective)`` (default; ok values must then be > 0).
-        mc_samples: Quasi-Monte-Carlo samples of the acquisition function.
-        chunk_size: Pool configurations evaluated per acquisition call (memory vs. speed).
-        feasibility: Weight the acquisition by the probability of running (module doc).
-        memory_limit_gib: Device memory per GPU, GiB; with it the weight includes P(peak
-            memory <= limit). Without ``memory_model`` that probability comes from a GP of the
-            *measured* ``memory_metric`` told with ok trials (from the second such trial on;
-            out-of-memory trials teach the failure classifier): e.g. a search on a large
-            machine for configurations that will also fit a smaller device of this limit.
-            With ``memory_model`` the prediction answers from the first ask and the trials
-            correct it (module doc, "Memory model").
-        memory_metric: Name of the peak-memory metric in the told values.
-        second_objective: A second metric to optimise (Pareto search), e.g. "peak_mem_gib".
-        second_direction: Its direction, "minimize" (default) or "maximize".
-        stop_threshold: Relative expected improvement under which a BO ask counts as flat.
-        stop_patience: Flat BO asks in a row after which :meth:`should_stop` fires.
-        noise_metric: A told metric holding each trial's relative spread (e.g.
-            "step_time_rel_ci"), passed to the GP as observed noise; None infers one noise level.
+        space, objective, direction, candidates, seed: as :class:`Searcher`.
+        options: The tuning knobs, a :class:`~cubicml_lab.search.options.BayesianOptions`
+            (default: its defaults).
+        **knobs: Keyword shorthands for the fields of ``options``, each overriding that field:
+            ``BayesianSearch(space, n_init=4)`` is
+            ``BayesianSearch(space, options=BayesianOptions(n_init=4))``. The fields:
+            ``n_init``, ``num_candidates``, ``log_objective``, ``mc_samples``, ``chunk_size``,
+            ``feasibility``, ``memory_limit_gib`` (device memory per GPU, GiB: with it the
+            weight includes P(peak memory <= limit); without ``memory_model`` that probability
+            comes from a GP of the *measured* ``memory_metric`` told with ok trials, with it
+            the prediction answers from the first ask and the trials correct it: module doc,
+            "Memory model"), ``memory_metric``, ``second_objective``, ``second_direction``,
+            ``stop_threshold``, ``stop_patience``, ``noise_metric``, ``learn_drift``. Each is
+            also a read-only attribute of the search (``search.n_init``: resolved from
+            :func:`default_n_init` when None).
         cost_model: An analytical cost model for the objective GP's prior mean
             (``GPPredictor(cost_model=...)``, e.g. ``Dataset.cost_model`` or a function calling
             :func:`cubicml_lab.workloads.gpt.cost_terms`): better guesses from the first trials.
@@ -366,16 +308,15 @@ class BayesianSearch(Searcher):
             columns, the objective, optionally ``status``) or Datasets (module doc).
         store: The TrialStore (or its path) that ``history`` names come from; default
             ``data/lab.sqlite`` if it exists.
-        learn_drift: Learn how much of the drift reference's slowdown to take out of the
-            objective (module doc, "Machine drift"; needs ``log_objective``); False fits the
-            stored figures as they are.
 
     Raises:
-        SearchError: On a bad argument, naming it and the fix: e.g. ``memory_model`` without
+        SearchError: On a bad argument or option, naming it and the fix: e.g. an option
+            name that :class:`BayesianOptions` lacks, ``memory_model`` without
             ``memory_limit_gib``, a ``cost_model`` or ``memory_model`` that is not callable, a
             ``history`` entry that is not a campaign of the store, a DataFrame or a Dataset.
 
     Attributes:
+        options: The :class:`BayesianOptions` in use (``n_init`` resolved).
         last_ask_info: What the last proposing ask did: ``phase`` ("prior", "initial", "bo" or
             "fallback"), ``reason``, ``fit_s`` and ``ask_s`` (seconds), ``max_acquisition`` (log
             acquisition value of the first pick, None outside BO), ``acquisition`` (one value per
@@ -399,73 +340,22 @@ class BayesianSearch(Searcher):
 
     def __init__(self, space: Space, objective: str = "throughput", direction: str = "maximize",
                  candidates: Sequence[dict] | None = None, seed: int = 0,
-                 n_init: int | None = None, num_candidates: int = 5000, *,
-                 log_objective: bool = True, mc_samples: int = 128,
-                 chunk_size: int = 1024, feasibility: bool = True,
-                 memory_limit_gib: float | None = None, memory_metric: str = "peak_mem_gib",
-                 second_objective: str | None = None, second_direction: str = "minimize",
-                 stop_threshold: float = 0.005, stop_patience: int = 3,
-                 noise_metric: str | None = None,
+                 options: BayesianOptions | None = None, *,
                  cost_model: Callable[[dict], Any] | None = None,
                  features: Callable[[dict], Any] | None = None,
                  memory_model: Callable[[dict], float] | None = None,
                  history: Sequence[Any] | None = None, store: Any = None,
-                 learn_drift: bool = True) -> None:
+                 **knobs: Any) -> None:
+        opts = BayesianOptions.build(options, knobs)
         super().__init__(space, objective, direction, candidates, seed,
-                         num_candidates=num_candidates)
-        if n_init is None:
-            n_init = default_n_init(space, None if self._candidates is None
-                                    else len(self._candidates))
-        for name, v, low, high in (("n_init", n_init, 0, MAX_N_INIT),
-                                   ("mc_samples", mc_samples, 1, MAX_MC_SAMPLES),
-                                   ("chunk_size", chunk_size, 1, MAX_CANDIDATES),
-                                   ("stop_patience", stop_patience, 1, MAX_N_INIT)):
-            check_count(name, v, low=low, high=high, error=SearchError)
-        for name, v in (("stop_threshold", stop_threshold), ("memory_limit_gib", memory_limit_gib)):
-            number = isinstance(v, (int, float)) and not isinstance(v, bool) and \
-                0 < v <= 1e12 and math.isfinite(v)
-            if (v is not None or name == "stop_threshold") and not number:
-                raise SearchError(f"{name} = {brief(v)} must be a finite number > 0",
-                                  hint="e.g. stop_threshold=0.005 (0.5 %), memory_limit_gib=80")
-        if second_direction not in ("maximize", "minimize"):
-            raise SearchError(f"second_direction = {brief(second_direction)} is not 'maximize' or "
-                              "'minimize'", hint="peak memory is minimised: 'minimize'")
-        if memory_model is not None and not callable(memory_model):
-            raise SearchError(f"memory_model = {brief(memory_model)} is not callable",
-                              hint="pass a function config -> predicted peak GiB per GPU, e.g. "
-                                   "cml.analytical.LLMTrainingModel(...).memory_gib")
-        if memory_model is not None and memory_limit_gib is None:
-            raise SearchError("memory_model is given but memory_limit_gib is not: the memory "
-                              "model's predictions need a device memory to compare with",
-                              hint="add memory_limit_gib=80 (GiB per GPU, e.g. an 80 GB H100)")
-        if memory_model is not None and not feasibility:
-            raise SearchError("memory_model needs feasibility=True (it seeds the feasibility "
-                              "model)", hint="drop feasibility=False or memory_model")
-        for name, fn in (("cost_model", cost_model), ("features", features),
-                         ("history", history)):
-            if second_objective is not None and fn is not None:
-                raise SearchError(f"{name} works with one objective, not with second_objective",
-                                  hint="drop one of them")
-            if fn is not None and name != "history" and not callable(fn):
-                raise SearchError(f"{name} = {brief(fn)} is not callable",
-                                  hint="pass a function config -> list of numbers, or None")
-        if second_objective is not None and second_objective == objective:
-            raise SearchError(f"second_objective = {brief(second_objective)} is the objective "
-                              "itself",
-                              hint="name another metric, e.g. 'peak_mem_gib'")
-        self.n_init = n_init
-        self.log_objective = bool(log_objective)
-        self.requires_positive = self.log_objective
-        self.mc_samples = mc_samples
-        self.chunk_size = chunk_size
-        self.feasibility = bool(feasibility)
-        self.memory_limit_gib = memory_limit_gib
-        self.memory_metric = memory_metric
-        self.second_objective = second_objective
-        self.second_direction = second_direction
-        self.stop_threshold = float(stop_threshold)
-        self.stop_patience = stop_patience
-        self.noise_metric = noise_metric
+                         num_candidates=opts.num_candidates)
+        if opts.n_init is None:
+            opts = opts.replace(n_init=default_n_init(
+                space, None if self._candidates is None else len(self._candidates)))
+        _check_models(opts, objective, cost_model=cost_model, features=features,
+                      memory_model=memory_model, history=history)
+        self.options = opts
+        self.requires_positive = opts.log_objective
         self.cost_model = cost_model
         self.features = features
         self.memory_model = memory_model
@@ -476,13 +366,15 @@ class BayesianSearch(Searcher):
         self.history_names = None if history is None or not all(
             isinstance(h, str) for h in history) else list(history)
         self.store = store
+        self._init_state()
+
+    def _init_state(self) -> None:
+        """The caches and the record of the asks, empty."""
         self._mem_of: dict[str, float] = {}
         self._n_terms = 0  # cost terms (the history's included) per encoded pool row
-        self._prior_terms: _PriorTerms | None = None
-        self._terms_with_history: bool | None = None
+        self._prior_terms: PriorTerms | None = None
         self.last_ask_info: dict[str, Any] = {}
         self.predictor: Any = None
-        self.learn_drift = bool(learn_drift) and log_objective
         #: The drift exponent of the last objective fit (None: not learned, nothing drifted).
         self.drift_exponent: float | None = None
         self.second_predictor: Any = None
@@ -503,36 +395,13 @@ class BayesianSearch(Searcher):
         self._rows_tensor: Any = None
         self.stop_reason: str | None = None
 
+    @property
+    def learn_drift(self) -> bool:
+        """Whether the drift exponent is learned: ``options.learn_drift`` with
+        ``options.log_objective`` (read-only)."""
+        return self.options.learn_drift and self.options.log_objective
+
     # -- phases ---------------------------------------------------------------------------------
-    def _normalised(self, configs: Sequence[dict]) -> np.ndarray:
-        bounds = self.space.encoded_bounds()
-        span = np.where(bounds[1] > bounds[0], bounds[1] - bounds[0], 1.0)
-        if not configs:
-            return np.zeros((0, bounds.shape[1]))
-        return (self.space.encode_array(configs) - bounds[0]) / span
-
-    def _space_filling(self, n: int, pool: list[dict], rng: np.random.Generator,
-                       p_ok: np.ndarray | None = None) -> list[dict]:
-        """Greedy maximin: each pick maximises its distance to everything tried or picked (times
-        its probability of running, ``p_ok``, once a failure taught the feasibility model)."""
-        order = rng.permutation(len(pool))  # random tie-breaks, random first pick
-        w = np.ones(len(pool)) if p_ok is None else np.clip(p_ok[order], 1e-6, 1.0)
-        P = self._normalised([pool[i] for i in order])
-        seen = self._normalised([h["config"] for h in self._history] + self.pending)
-        min_d = np.full(len(P), np.inf)
-        for start in range(0, len(seen), 256):
-            block = seen[start:start + 256]
-            d = np.sqrt(((P[:, None, :] - block[None, :, :]) ** 2).sum(-1)).min(axis=1)
-            min_d = np.minimum(min_d, d)
-        picks: list[int] = []
-        for _ in range(min(n, len(P))):
-            # nothing seen yet (all inf): the likeliest to run, ties to the random order
-            j = int(np.argmax(np.where(np.isposinf(min_d), 1.0, min_d) * w))
-            picks.append(j)
-            min_d = np.minimum(min_d, np.sqrt(((P - P[j]) ** 2).sum(-1)))
-            min_d[picks] = -np.inf
-        return [dict(pool[int(order[j])]) for j in picks]
-
     def _model_values(self, values: np.ndarray, direction: str) -> np.ndarray:
         """Values turned so that larger is better (1/y or -y when minimising)."""
         if direction == "minimize":
@@ -692,67 +561,12 @@ class BayesianSearch(Searcher):
             prior = np.array([self._mem_of[k] for k in keys])
         near = None
         if self.feasibility_model.all_failed:
-            near = self._failure_proximity(X_space)
+            near = failure_proximity(self.space, X_space, [h["config"] for h in self._history
+                                                          if h["status"] != "ok"])
         return self.feasibility_model.predict_encoded(X_space, len(pool),
                                                       memory_limit=self.memory_limit_gib,
                                                       prior_gib=prior, log=True,
                                                       when_all_failed=near)
-
-    def _failure_proximity(self, X_space: Any) -> np.ndarray:
-        """log P(runs) while every trial told failed: the sum over failures of
-        ``log(1 - exp(-d^2 / (2 FAILURE_LENGTH^2)))``, ``d`` the normalised distance to it (a
-        configuration one knob step from a failure is likelier to fail than one far from all)."""
-        bounds = self.space.encoded_bounds()
-        span = np.where(bounds[1] > bounds[0], bounds[1] - bounds[0], 1.0)
-        X = (np.asarray(X_space, dtype=np.float64) - bounds[0]) / span
-        F = self._normalised([h["config"] for h in self._history if h["status"] != "ok"])
-        out = np.zeros(len(X))
-        for f in F:
-            d2 = ((X - f) ** 2).sum(1)
-            out += np.log(np.clip(-np.expm1(-d2 / (2 * FAILURE_LENGTH**2)), 1e-12, 1.0))
-        return out
-
-    def _acquisition(self, X_base: Any, seed: int) -> tuple[Any, Any]:
-        """``(factory(X_pending) -> acquisition function, incumbent scale)``."""
-        import torch
-        from botorch.sampling import SobolQMCNormalSampler
-
-        sampler = SobolQMCNormalSampler(torch.Size([self.mc_samples]), seed=seed)
-        if self.second_predictor is None:
-            from botorch.acquisition.logei import qLogNoisyExpectedImprovement
-
-            model = self.predictor.model
-            if self.log_objective:
-                scale = 1.0  # EI of log(y) is already relative
-            else:
-                scale = max(abs(float(model.posterior(X_base).mean.max())), 1e-12)
-
-            def single(X_pending: Any) -> Any:
-                return qLogNoisyExpectedImprovement(model, X_baseline=X_base, sampler=sampler,
-                                                    X_pending=X_pending, prune_baseline=True)
-            return single, scale
-
-        from botorch.acquisition.multi_objective import logei
-        from botorch.acquisition.multi_objective.logei import (
-            qLogNoisyExpectedHypervolumeImprovement,
-        )
-        from botorch.models import ModelListGP
-        from botorch.utils.multi_objective.box_decompositions import DominatedPartitioning
-
-        if getattr(logei, "_C", None) is None and hasattr(logei, "_load_attempted"):
-            logei._load_attempted = True  # no JIT build of the fused kernel (module doc)
-        model = ModelListGP(self.predictor.model, self.second_predictor.model)
-        with torch.no_grad():
-            Y = model.posterior(X_base).mean
-        span = (Y.max(0).values - Y.min(0).values).clamp_min(1e-6)
-        ref = Y.min(0).values - 0.1 * span
-        hv = float(DominatedPartitioning(ref_point=ref, Y=Y).compute_hypervolume())
-
-        def multi(X_pending: Any) -> Any:
-            return qLogNoisyExpectedHypervolumeImprovement(
-                model, ref_point=ref.tolist(), X_baseline=X_base, sampler=sampler,
-                X_pending=X_pending, prune_baseline=True)
-        return multi, max(hv, 1e-12)
 
     def _encode_pool(self, pool: list[dict]) -> Any:
         """``space.encode(pool)`` through a cache keyed by configuration: a fixed pool of tens of
@@ -794,7 +608,7 @@ class BayesianSearch(Searcher):
         if self.history_model is None or not self.history_model.active:
             return self.cost_model
         if self._prior_terms is None:
-            self._prior_terms = _PriorTerms(self.cost_model, self.history_model)
+            self._prior_terms = PriorTerms(self.cost_model, self.history_model)
         return self._prior_terms.terms
 
     def _refresh_history(self, configs: list[dict], values: np.ndarray) -> None:
@@ -813,16 +627,15 @@ class BayesianSearch(Searcher):
         to a constant): minus the log of the summed cost terms, else the history's ``h``."""
         if self.cost_model is not None:
             n_hist = int(self._gp_cost_model() is not self.cost_model)
-            logs = X[:, X.shape[1] - self._n_terms:X.shape[1] - n_hist].numpy()
-            return -np.logaddexp.reduce(np.nan_to_num(logs, neginf=-1e300), axis=1)
+            return cost_term_scores(X[:, X.shape[1] - self._n_terms:X.shape[1] - n_hist].numpy())
         if self.history_model is not None and self.history_model.active:
             return self.history_model.predict(pool, self._pool_keys(pool))
         return None
 
     def _prior_picks(self, n: int, pool: list[dict], rng: np.random.Generator,
                      info: dict[str, Any]) -> list[dict] | None:
-        """Before the GP: the prior's best predicted-feasible configurations, each differing
-        from everything tried, pending or picked in at least :data:`PRIOR_MIN_DIFF` knobs."""
+        """Before the GP: the prior's best predicted-feasible configurations
+        (:func:`~cubicml_lab.search.prior.prior_picks`)."""
         fm = self.feasibility_model
         if fm is not None and fm.all_failed and self.memory_model is None:
             return None  # its favourites failed, nothing ran yet: explore (space-filling) first
@@ -832,107 +645,54 @@ class BayesianSearch(Searcher):
             return None
         n_space = self.space.encoded_bounds().shape[1]
         log_p = self._log_p_feasible(X[:, :n_space], pool, self._pool_keys(pool))
-        p = np.exp(log_p)
-        fits = p >= PRIOR_P_FEASIBLE
-        key = np.where(fits, score, -np.inf) if fits.any() else log_p
-        order = np.lexsort((rng.random(len(pool)), -key))
-        seen = [h["config"] for h in self._history] + self.pending
-        picks: list[int] = []
-        for i in order:
-            cfg = pool[int(i)]
-            if all(sum(cfg[k] != o[k] for k in self.space.names) >= PRIOR_MIN_DIFF
-                   for o in seen):
-                picks.append(int(i))
-                seen.append(cfg)
-                if len(picks) == n:
-                    break
-        for i in order:  # too few different enough: the next best
-            if len(picks) >= min(n, len(pool)):
-                break
-            if int(i) not in picks:
-                picks.append(int(i))
+        picks, p = prior_picks(n, pool, score, log_p, self.space.names,
+                               [h["config"] for h in self._history] + self.pending, rng)
         info["p_feasible_of_picks"] = [float(p[i]) for i in picks]
         info["prior_score_of_picks"] = [float(score[i]) for i in picks]
         return [dict(pool[i]) for i in picks]
 
-    def _screen(self, pool: list[dict], X_pool: Any, keys: list[str], best_mean: float,
-                keep: int) -> tuple[list[dict], Any, list[str], Any]:
-        """Screen a large pool with the analytic log EI (no joint samples) against the best
-        posterior mean observed (``best_mean``), so the exact acquisition runs over the most
-        promising only: to ``keep``, or with a feasibility model first to 4x that many by EI
-        alone (its GP is not evaluated over the whole pool; the caller then cuts by EI x
-        P(feasible)). Returns the kept ``(pool, X_pool, keys, log EI)``."""
-        import torch
-
-        mu, var = (torch.as_tensor(a) for a in self.predictor.posterior_encoded(X_pool))
-        sigma = var.clamp_min(1e-18).sqrt()
-        score = torch.nan_to_num(log_ei_standard((mu - best_mean) / sigma) + sigma.log(),
-                                 nan=-torch.inf)
-        first = min(len(pool), 4 * keep if self.feasibility_model is not None else keep)
-        top = torch.topk(score, first).indices.sort().values
-        return ([pool[int(i)] for i in top], X_pool[top], [keys[int(i)] for i in top],
-                score[top])
-
     def _bo(self, n: int, pool: list[dict], configs: list[dict], seed: int,
             info: dict[str, Any]) -> list[dict]:
+        """The BO phase's picks (:mod:`~cubicml_lab.search.acquisition`), ``info`` filled in."""
+        import warnings
+
         import torch
 
-        base = self._baseline(configs)
-        X_base = self.predictor.encode(base)
-        X_pool = self._encode_pool(pool)
-        keys = self._pool_keys(pool)
-        n_space = self.space.encoded_bounds().shape[1]
+        X_base = self.predictor.encode(self._baseline(configs))
+        X_pool, keys = self._encode_pool(pool), self._pool_keys(pool)
         single = self.second_predictor is None
-        keep = max(SCREEN_SIZE, 8 * n)
-        mu_b = None
-        if single and (len(base) > BASELINE_MAX or len(pool) > keep):
-            mu_b = torch.as_tensor(self.predictor.posterior_encoded(X_base)[0])
-        if single and len(base) > BASELINE_MAX:
-            # noisy EI integrates over which observed point is the incumbent; only those with a
-            # high posterior mean can be (BoTorch's prune_baseline then trims further)
-            X_base = X_base[torch.topk(mu_b, BASELINE_MAX).indices]
-            info["baseline"] = BASELINE_MAX
+        keep = max(acq.SCREEN_SIZE, 8 * n)
+        if single and (len(X_base) > acq.BASELINE_MAX or len(pool) > keep):
+            if len(X_base) > acq.BASELINE_MAX:
+                info["baseline"] = acq.BASELINE_MAX
+            X_base, mu_b = acq.trim_baseline(self.predictor, X_base)
         score = None
         if single and len(pool) > keep:
-            pool, X_pool, keys, score = self._screen(pool, X_pool, keys, float(mu_b.max()),
-                                                     keep)
+            first = 4 * keep if self.feasibility_model is not None else keep
+            top, score = acq.screen(self.predictor, X_pool, float(mu_b.max()), first)
+            pool, X_pool, keys = [pool[int(i)] for i in top], X_pool[top], [keys[int(i)]
+                                                                             for i in top]
             info["screened"] = keep
         log_w = torch.zeros(len(pool), dtype=X_pool.dtype)
         if self.feasibility_model is not None:
-            log_p = self._log_p_feasible(X_pool[:, :n_space], pool, keys)
-            log_w = torch.as_tensor(np.maximum(log_p, LOG_P_FLOOR), dtype=X_pool.dtype)
-            if self.memory_model is not None and BO_P_FEASIBLE is not None:
-                likely = log_w >= math.log(BO_P_FEASIBLE)
-                if int(likely.sum()) >= n:
-                    log_w = torch.where(likely, log_w, torch.full_like(log_w, LOG_P_FLOOR))
-            info["p_feasible_of_picks"] = []
+            n_space = self.space.encoded_bounds().shape[1]
+            log_w = acq.feasibility_weights(self._log_p_feasible(X_pool[:, :n_space], pool, keys),
+                                            n, X_pool.dtype, self.memory_model is not None)
             if score is not None and len(pool) > keep:
                 top = torch.topk(score + log_w, keep).indices.sort().values
                 pool, X_pool, log_w = [pool[int(i)] for i in top], X_pool[top], log_w[top]
-        pending = self.pending
-        X_pend = self.predictor.encode(pending) if pending else X_pool[:0]
-        picks: list[int] = []
-        acq_values: list[float] = []
+        X_pend = self.predictor.encode(self.pending) if self.pending else X_pool[:0]
         with torch.no_grad(), warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            make, scale = self._acquisition(X_base, seed)
-            for _ in range(min(n, len(pool))):
-                Xp = torch.cat([X_pend, X_pool[picks]]) if picks or pending else None
-                acqf = make(Xp)
-                vals = torch.cat([acqf(X_pool[i:i + self.chunk_size].unsqueeze(1))
-                                  for i in range(0, len(pool), self.chunk_size)])
-                vals = torch.nan_to_num(vals, nan=-torch.inf) + log_w
-                if picks:
-                    vals[picks] = -torch.inf
-                j = int(torch.argmax(vals))
-                picks.append(j)
-                acq_values.append(float(vals[j]))
-                if "p_feasible_of_picks" in info:
-                    info["p_feasible_of_picks"].append(float(torch.exp(log_w[j])))
-        info["acquisition"] = acq_values
-        info["max_acquisition"] = acq_values[0] if acq_values else None
-        if acq_values:
-            info["relative_improvement"] = float(np.exp(acq_values[0])) / scale
+            make, scale = acq.acquisition_factory(self.predictor, self.second_predictor, X_base,
+                                                  self.mc_samples, self.log_objective, seed)
+        picks, values = acq.greedy_picks(make, X_pool, X_pend, n, self.chunk_size, log_w)
+        if self.feasibility_model is not None:
+            info["p_feasible_of_picks"] = [float(torch.exp(log_w[j])) for j in picks]
+        info["acquisition"] = values
+        info["max_acquisition"] = values[0] if values else None
+        if values:
+            info["relative_improvement"] = float(np.exp(values[0])) / scale
         return [dict(pool[j]) for j in picks]
 
     # -- the Searcher hook ----------------------------------------------------------------------
@@ -1160,7 +920,8 @@ class BayesianSearch(Searcher):
         if self.feasibility_model is not None:
             X = self._normalised_space_rows(pool)
             p_ok = np.exp(self._log_p_feasible(X, pool, self._pool_keys(pool)))
-        return self._space_filling(n, pool, rng, p_ok)
+        return space_filling(n, pool, self.space,
+                             [h["config"] for h in self._history] + self.pending, rng, p_ok)
 
     def _normalised_space_rows(self, pool: list[dict]) -> Any:
         n_space = self.space.encoded_bounds().shape[1]
@@ -1309,28 +1070,6 @@ class BayesianSearch(Searcher):
                  self.second_objective: rows[i]["values"][self.second_objective]} for i in front]
 
 
-class _PriorTerms:
-    """``terms(config) = [*cost_model(config), exp(-h(config))]``: the cost model's terms, then
-    the history's (``h``: :class:`~cubicml_lab.search.history.HistoryModel`'s log objective),
-    so the GP's prior mean weighs both by maximum likelihood (module doc, "Transfer").
-    ``terms_frame`` is its vectorised twin (:func:`~cubicml_lab.surrogate.gp.batch_method`)."""
-
-    def __init__(self, cost_model: Callable[[dict], Any] | None, history: HistoryModel) -> None:
-        self.cost_model, self.history = cost_model, history
-
-    def terms(self, config: dict) -> list[float]:
-        return self._many([config])[0]
-
-    def terms_frame(self, df: Any) -> list[list[float]]:
-        return self._many(df.to_dict("records"))
-
-    def _many(self, configs: list[dict]) -> list[list[float]]:
-        from ..surrogate.gp import evaluate_many
-
-        configs = [self.history.space.project(c) for c in configs]
-        h = self.history.predict(configs)
-        if self.cost_model is None:
-            return [[math.exp(-float(x))] for x in h]
-        rows = evaluate_many("cost_model", self.cost_model, configs)
-        return [[*np.asarray(r, dtype=float).reshape(-1).tolist(), math.exp(-float(x))]
-                for r, x in zip(rows, h)]
+for _name in BayesianOptions.names():
+    if _name not in ("learn_drift", "num_candidates"):  # a property above; a Searcher attribute
+        setattr(BayesianSearch, _name, _option(_name))

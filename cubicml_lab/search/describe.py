@@ -2,7 +2,9 @@
 
 A campaign file (``Campaign.to_yaml``, ``cubicml-lab run FILE.yaml``) names its searcher as a
 small mapping: ``{"kind": "bayesian", "seed": 0, "n_init": 8, ...}`` or ``{"kind": "random"}``.
-Only options that are plain values travel; a searcher holding a function (``cost_model``,
+A Bayesian search's :class:`~cubicml_lab.search.options.BayesianOptions` travel field by field
+(every field is a plain value), so the options read back equal those written. Only options
+that are plain values travel; a searcher holding a function (``cost_model``,
 ``features``, ``memory_model``), a fixed candidate pool or history given as tables cannot be
 written, and says which option is in the way. History given as campaign names travels as
 ``history: [names]`` with ``store: path`` (when one was given).
@@ -23,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from .._params import brief
 from ..errors import ConfigError
 from .bayesian import BayesianSearch
+from .options import BayesianOptions
 from .random import RandomSearch
 
 if TYPE_CHECKING:
@@ -33,9 +36,8 @@ __all__ = ["searcher_from_dict", "searcher_to_dict"]
 
 _COMMON = ("objective", "direction", "seed")
 _OPTIONS: dict[str, tuple[type, tuple[str, ...]]] = {
-    "bayesian": (BayesianSearch, (*_COMMON, "n_init", "num_candidates", "memory_limit_gib",
-                                  "memory_metric", "feasibility", "log_objective",
-                                  "stop_threshold", "stop_patience", "noise_metric",
+    "bayesian": (BayesianSearch, (*_COMMON, *(n for n in BayesianOptions.names()
+                                              if n != "second_objective"),
                                   "history", "store")),
     "random": (RandomSearch, _COMMON),
 }
@@ -66,7 +68,11 @@ def searcher_to_dict(searcher: Searcher) -> dict[str, Any]:
                                "campaign in Python")
     out = {"kind": kind}
     for name in _OPTIONS[kind][1]:
-        value = getattr(searcher, "history_names" if name == "history" else name, None)
+        options = getattr(searcher, "options", None)
+        if isinstance(options, BayesianOptions) and name in BayesianOptions.names():
+            value = getattr(options, name)  # as given: learn_drift without log_objective too
+        else:
+            value = getattr(searcher, "history_names" if name == "history" else name, None)
         if name == "store" and value is not None and not isinstance(value, str):
             value = str(getattr(value, "path", value))
         if name not in _ONLY_WHEN_SET or value is not None:
