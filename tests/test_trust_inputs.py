@@ -438,6 +438,8 @@ def test_workload_names_are_words(name):
     err = refused(registry.register, name, "json:loads") if not good else None
     if not good:
         assert isinstance(err, ConfigError) and "workload name" in err.message
+    if name not in ("gpt", "dlrm"):  # a name nothing registered: refused by the lookup too
+        assert isinstance(refused(cml.workloads.get, name), ConfigError)
 
 
 @FAST

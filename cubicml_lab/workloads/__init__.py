@@ -1,9 +1,9 @@
 """Real training workloads, by name.
 
 ``get("gpt")`` returns a :class:`~cubicml_lab.workloads.base.Workload`; ``names()`` lists them.
-Running one as a measured trial is :func:`cubicml_lab.trials.run_trial`, which builds the job
-through the workload and times it with :mod:`cubicml_lab.timing`. Importing this package imports
-no torch.
+Running one as a measured trial is :func:`cubicml_lab.launch.runner.run_trial`, which builds
+the job through the workload and times it with :mod:`cubicml_lab.timing`. Importing this package
+imports no torch.
 
 Example:
     >>> from cubicml_lab import workloads
@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..errors import ConfigError
+from .._params import brief
 from .base import Built, Knob, Workload
 from .command import Command
 from .custom import PythonWorkload
@@ -44,13 +45,13 @@ def get(name: str) -> Workload:
         ConfigError: No such workload (the message lists the known ones), or one of your own
             that this process cannot load (see :mod:`~cubicml_lab.workloads.registry`).
     """
-    if name not in _REGISTRY:
-        from .registry import lookup
+    if not isinstance(name, str) or name not in _REGISTRY:
+        from .registry import lookup  # checks the name's type: a ConfigError, never a TypeError
 
         own = lookup(name)
         if own is not None:
             return own
-        raise ConfigError(f"unknown workload {name!r}",
+        raise ConfigError(f"unknown workload {brief(name)}",
                           hint=f"known workloads: {', '.join(names())}; your own: "
                                "cml.workloads.register(name, 'module:attribute')")
     module, cls = _REGISTRY[name]
