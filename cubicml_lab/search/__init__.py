@@ -22,5 +22,6 @@ from .proposal import Proposal
 from .random import RandomSearch
 from .table import TableObjective, TableResult
 
-__all__ = ["BayesianOptions", "BayesianSearch", "PredictorGuidedSearch", "Proposal", "RandomSearch", "Searcher", "TableObjective",
-           "TableResult", "compare_searchers", "searcher_factory", "summarize_searches"]
+__all__ = ["BayesianOptions", "BayesianSearch", "PredictorGuidedSearch", "Proposal", "RandomSearch",
+           "Searcher", "TableObjective", "TableResult", "compare_searchers", "searcher_factory",
+           "summarize_searches"]

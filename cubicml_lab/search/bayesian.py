@@ -41,23 +41,6 @@ is evaluated once per configuration (cached), through its vectorised twin when i
 (``memory_gib_frame``, :func:`~cubicml_lab.surrogate.gp.batch_method`); so is a cost model
 (``cost_terms_frame``).
 
-**Observed noise.** With ``noise_metric`` None the search reads each ok trial's relative spread
-from ``"<objective>_rel_ci"``, ``"throughput_rel_ci"`` or ``"step_time_rel_ci"`` (the first that
-any trial carries; a trial without it takes the median of the others, one whose spread is
-unknown, NaN or inf, from a single window, the largest of the others) and passes it to the GP as
-fixed per-trial noise; a trial told with ``contended`` > 0 (a measurement taken while something
-else used the machine; ``True`` is accepted) gets at least ``CONTENDED_REL_NOISE`` (10 %). When
-no trial carries a spread, contended trials are left out of the objective's GP (while 2 others
-remain). With ``noise_metric`` named, every ok trial must carry it, as before.
-
-**Flagged figures.** A figure that :func:`~cubicml_lab.trials.figure_flag` flags (told
-``contended``, or with a CI that is NaN or inf: unknown, from a single window) teaches the GP
-with its noise, but never sets the incumbent alone: while any configuration was measured with
-an unflagged figure, only those form the acquisition's baseline (so its incumbent and the
-stopping rule's improvement), the screen's best posterior mean and the candidates of
-:meth:`BayesianSearch.recommend`, as :meth:`~cubicml_lab.search.Searcher.best` and
-``Campaign.best()`` (what a review rule compares with) skip flagged figures.
-
 **Machine drift.** A trial's stored objective (``throughput``, the default figure) is its raw
 figure corrected to the machine's nominal speed by the drift reference timed beside it, with
 :data:`~cubicml_lab.timing.DRIFT_EXPONENT` (1: all of the reference's slowdown taken out). How
@@ -78,11 +61,6 @@ their stored figures), learning 0.59-1.00; and the configurations they shared, e
 reference) shift by 0, and a search in which no trial shifts fits the stored figures as they
 are.
 
-**Stopping.** Each BO ask records the best feasibility-weighted expected improvement, relative to
-the incumbent (with ``log_objective`` the expected improvement of ``log(objective)`` is already
-relative: 0.005 is 0.5 %). :meth:`BayesianSearch.should_stop` fires when it has stayed below
-``stop_threshold`` for ``stop_patience`` BO asks in a row; :attr:`stop_reason` says so in words.
-
 **Two objectives.** With ``second_objective`` (e.g. ``"peak_mem_gib"``, minimised by default) the
 search models both (a GP each, on logs) and maximises the expected hypervolume improvement
 (:mod:`~cubicml_lab.search.acquisition`); :meth:`BayesianSearch.pareto` returns the
@@ -97,9 +75,7 @@ stopped).
 from __future__ import annotations
 
 import math
-import threading
 import time
-from dataclasses import replace
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -108,79 +84,28 @@ import numpy as np
 from .._params import brief
 from ..errors import PredictorError, SearchError
 from ..timing.figures import DRIFT_BOUNDS, DRIFT_EXPONENT, DRIFT_PRIOR_SD
-from ..trials import figure_flag, is_contended
 from . import acquisition as acq
 from .acquisition import BO_P_FEASIBLE, log_ei_standard
-from .base import Searcher
-from .design import failure_proximity, normalised, space_filling
+from .design import space_filling
+from .fitting import CONTENDED_REL_NOISE, FEASIBILITY_MAX_ITER, NOISE_METRICS, observed_noise
 from .history import HistoryModel
 from .options import MAX_MC_SAMPLES, MAX_N_INIT, BayesianOptions, default_n_init
 from .prior import PRIOR_MIN_OK, PriorTerms, cost_term_scores, prior_picks
-from .proposal import Proposal
+from .report import BayesianReport
 
 if TYPE_CHECKING:
     from ..space import Space
 
 # names that lived here before the search was split (tests and notebooks import them from here)
 _PriorTerms = PriorTerms
-_REEXPORTED = (BO_P_FEASIBLE, MAX_MC_SAMPLES, MAX_N_INIT, log_ei_standard)
+_REEXPORTED = (BO_P_FEASIBLE, CONTENDED_REL_NOISE, FEASIBILITY_MAX_ITER, MAX_MC_SAMPLES,
+               MAX_N_INIT, NOISE_METRICS, log_ei_standard)
 
 __all__ = ["BayesianOptions", "BayesianSearch", "at_drift_exponent", "default_n_init",
            "drift_covariate", "learn_drift", "observed_noise"]
 
 #: L-BFGS-B iterations of a warm-started hyperparameter fit (see ``BayesianSearch._fit``).
 WARM_MAX_ITER = 40
-#: L-BFGS-B iterations of each feasibility-model GP (cold-started at every ask).
-FEASIBILITY_MAX_ITER = 40
-#: Told metrics read as a trial's relative spread (observed noise) when ``noise_metric`` is None.
-NOISE_METRICS = ("throughput_rel_ci", "step_time_rel_ci")
-#: Relative spread assumed at least for a contended measurement (10 %).
-CONTENDED_REL_NOISE = 0.1
-
-
-def observed_noise(metrics: Sequence[Mapping[str, float]], objective: str = "throughput",
-                   noise_metric: str | None = None) -> tuple[np.ndarray | None, np.ndarray]:
-    """The relative noise of each ok trial's ``objective`` as the GP is told it, and which trials
-    the GP keeps (module doc, "Observed noise").
-
-    Args:
-        metrics: One mapping of told metrics per ok trial (a metric a trial lacks is absent).
-        objective: The objective's name; its ``"<objective>_rel_ci"`` is read first.
-        noise_metric: A metric every trial must carry, read instead; None picks as above.
-
-    Returns:
-        ``(rel, keep)``: n relative spreads (absent: the median of the known ones; NaN or
-        inf, unknown: the largest; contended trials at least
-        :data:`CONTENDED_REL_NOISE`), or None to let the GP infer one noise level; and a boolean
-        mask of the trials to fit on (all of them, but the contended ones where no trial carries
-        a spread and at least 2 others remain).
-
-    Example:
-        >>> rel, keep = observed_noise([{"throughput_rel_ci": 0.02}, {"contended": 1.0}, {}])
-        >>> rel.tolist(), keep.tolist()
-        ([0.02, 0.1, 0.02], [True, True, True])
-    """
-    metric = noise_metric or next(
-        (m for m in (f"{objective}_rel_ci", *NOISE_METRICS) if any(m in v for v in metrics)),
-        None)
-    contended = np.array([is_contended(v) for v in metrics], dtype=bool)
-    keep = np.ones(len(metrics), dtype=bool)
-    told = [v.get(metric, math.nan) if metric is not None else math.nan for v in metrics]
-    known = [max(float(x), 0.0) for x in told if math.isfinite(x)]
-    if known:
-        if noise_metric is not None and any(noise_metric not in v for v in metrics):
-            return None, keep  # an explicit metric missing on some trial: infer one level
-        fill, unknown = float(np.median(known)), max(known)  # absent; present but unknown
-        rel = np.array([max(float(x), 0.0) if math.isfinite(x)
-                        else (unknown if metric in v else fill)
-                        for x, v in zip(told, metrics)], dtype=np.float64)
-        rel[contended] = np.maximum(rel[contended], CONTENDED_REL_NOISE)
-        return rel, keep
-    if contended.any() and (~contended).sum() >= 2:
-        keep = ~contended  # no spread known: leave them out
-    return None, keep
-
-
 #: Refits at a newly learned drift exponent, at most (module doc, "Machine drift").
 DRIFT_ROUNDS = 2
 #: A learned exponent this close to the one fitted needs no refit.
@@ -273,12 +198,7 @@ def _check_models(opts: BayesianOptions, objective: str, **given: Any) -> None:
                           "objective itself", hint="name another metric, e.g. 'peak_mem_gib'")
 
 
-def _option(name: str) -> property:
-    return property(lambda self: getattr(self.options, name),
-                    doc=f"``options.{name}`` (read-only; see :class:`BayesianOptions`).")
-
-
-class BayesianSearch(Searcher):
+class BayesianSearch(BayesianReport):
     """GP-based Bayesian optimisation with the ask/tell interface of :class:`Searcher`.
 
     Args:
@@ -368,33 +288,6 @@ class BayesianSearch(Searcher):
         self.store = store
         self._init_state()
 
-    def _init_state(self) -> None:
-        """The caches and the record of the asks, empty."""
-        self._mem_of: dict[str, float] = {}
-        self._n_terms = 0  # cost terms (the history's included) per encoded pool row
-        self._prior_terms: PriorTerms | None = None
-        self.last_ask_info: dict[str, Any] = {}
-        self.predictor: Any = None
-        #: The drift exponent of the last objective fit (None: not learned, nothing drifted).
-        self.drift_exponent: float | None = None
-        self.second_predictor: Any = None
-        self.feasibility_model: Any = None
-        self.improvement_trace: list[float] = []
-        self._anchors: dict[str, tuple[tuple, Any]] = {}  # metric -> (data key, fit)
-        self._recommended: tuple[Any, dict, float] | None = None  # (when, pick, estimate)
-        #: (data key, GP, drift exponent) of the last objective fit (:meth:`_objective_fit`)
-        self._objective_fits: tuple[Any, Any, float | None] | None = None
-        self._models_at: int | None = None  # n_told when predictor & co. were last fitted
-        self._feasibility_fit: tuple[tuple[int, int], Any] | None = None  # (n_told, seed), fit
-        self._holds: dict[str, bool] = {}  # key -> whether the models hold its layout
-        # ask() and recommend() fit on the same caches (_anchors, drift_exponent): a
-        # dashboard's poll thread may call recommend() while a campaign's run loop asks
-        self._fit_lock = threading.RLock()
-        self._row_of: dict[str, int] = {}
-        self._rows: list[np.ndarray] = []
-        self._rows_tensor: Any = None
-        self.stop_reason: str | None = None
-
     @property
     def learn_drift(self) -> bool:
         """Whether the drift exponent is learned: ``options.learn_drift`` with
@@ -402,20 +295,6 @@ class BayesianSearch(Searcher):
         return self.options.learn_drift and self.options.log_objective
 
     # -- phases ---------------------------------------------------------------------------------
-    def _model_values(self, values: np.ndarray, direction: str) -> np.ndarray:
-        """Values turned so that larger is better (1/y or -y when minimising)."""
-        if direction == "minimize":
-            return 1.0 / values if self.log_objective else -values
-        return values
-
-    def _anchor(self, n: int) -> int:
-        """The history size at which the hyperparameters are fitted from scratch: the largest
-        of ``n_init'' = max(n_init, 2)`` grown by 25 % steps that is <= n."""
-        m = max(self.n_init, 2)
-        while math.ceil(m * 1.25) <= n:
-            m = math.ceil(m * 1.25)
-        return m
-
     def _fit(self, configs: list[dict], values: np.ndarray, seed: int,
              metric: str | None = None, direction: str | None = None,
              noise: np.ndarray | None = None, covariate: np.ndarray | None = None) -> Any:
@@ -464,59 +343,10 @@ class BayesianSearch(Searcher):
         return self._make_gp(metric, seed).fit(configs, values, noise=noise,
                                                warm_start=anchor, max_iter=WARM_MAX_ITER)
 
-    def _anchor_fit(self, metric: str, configs: list[dict], values: np.ndarray,
-                    noise: np.ndarray | None, cold_ok: bool) -> Any:
-        """The cold fit on the first ``m = len(configs)`` observations (values as the GP models
-        them), kept per metric and reused only for exactly these observations: the key holds
-        every configuration, value and noise it was fitted on, so no tell, however it changes
-        the first ``m`` (a contended trial left out, a noise filled in), hands back a fit of
-        other data. None where the fit fails and ``cold_ok`` (the caller fits cold instead).
-
-        Raises:
-            PredictorError: If the fit fails and not ``cold_ok``.
-        """
-        m = len(configs)
-        key = (m, self._data_key(configs, values, noise))
-        cached = self._anchors.get(metric)
-        if cached is not None and cached[0] == key:
-            return cached[1]
-        anchor_seed = int(np.random.default_rng([self.seed, m, 7]).integers(2**31 - 1))
-        try:
-            anchor = self._make_gp(metric, anchor_seed).fit(configs, values, noise=noise)
-        except PredictorError:
-            if not cold_ok:
-                raise
-            return None
-        self._anchors[metric] = (key, anchor)
-        return anchor
-
-    def _data_key(self, configs: Sequence[dict], *arrays: np.ndarray | None) -> tuple:
-        """An exact, hashable record of a fit's observations: each configuration's key and the
-        bytes of each array (values, noise, covariate; None stays None)."""
-        return (tuple(self.space.key(c) for c in configs),
-                *(None if a is None else np.asarray(a, dtype=np.float64).tobytes()
-                  for a in arrays))
-
-    def _make_gp(self, metric: str, seed: int) -> Any:
-        """An unfitted GPPredictor of ``metric`` (the objective's with the prior and features)."""
-        from ..surrogate import GPPredictor
-
-        return GPPredictor(self.space, metric, log_objective=self.log_objective, seed=seed,
-                           cost_model=self._gp_cost_model() if metric == self.objective else None,
-                           features=self.features if metric == self.objective else None)
-
-    def _second_values(self) -> tuple[list[dict], np.ndarray]:
-        """The ok trials told with a finite, usable value of ``second_objective``."""
-        rows = [h for h in self._history if h["status"] == "ok"
-                and self.second_objective in h["values"]
-                and (h["values"][self.second_objective] > 0 or not self.log_objective)]
-        return ([h["config"] for h in rows],
-                np.array([h["values"][self.second_objective] for h in rows], dtype=np.float64))
-
     def _gp_data(self) -> tuple[list[dict], np.ndarray, np.ndarray | None, np.ndarray | None]:
-        """The objective GP's ok observations, their observed noise (module doc, "Observed
-        noise") and drift covariate (module doc, "Machine drift"): ``(configs, values, relative
-        noise or None, covariate or None)``."""
+        """The objective GP's ok observations, their observed noise
+        (:mod:`~cubicml_lab.search.fitting`, "Observed noise") and drift covariate (module doc,
+        "Machine drift"): ``(configs, values, relative noise or None, covariate or None)``."""
         ok = [h for h in self._history if h["status"] == "ok"]
         rel, keep = observed_noise([h["values"] for h in ok], self.objective, self.noise_metric)
         ok = [h for h, k in zip(ok, keep) if k]
@@ -524,103 +354,6 @@ class BayesianSearch(Searcher):
             if self.learn_drift and len(ok) >= 3 else None
         return ([h["config"] for h in ok], np.array([h["value"] for h in ok], dtype=np.float64),
                 rel, cov)
-
-    def _fit_feasibility(self, seed: int) -> Any:
-        """The FeasibilityModel of everything told, or None while there is nothing to learn;
-        fitted once per ``(n_told, seed)`` (every tell bumps n_told), so the asks between two
-        tells (a review rule skipping proposal after proposal) reuse it."""
-        from ..surrogate import FeasibilityModel
-
-        failed = any(h["status"] != "ok" for h in self._history)
-        if not self.feasibility or not (failed or self.memory_limit_gib is not None):
-            return None
-        kept = self._feasibility_fit
-        if kept is not None and kept[0] == (self.n_told, seed):
-            return kept[1]
-        mem = [h["values"].get(self.memory_metric, np.nan) for h in self._history]
-        model = FeasibilityModel(self.space, seed=seed, max_iter=FEASIBILITY_MAX_ITER,
-                                 memory_model=self.memory_model).fit(
-            [h["config"] for h in self._history], [h["status"] for h in self._history], mem,
-            memory_limit=self.memory_limit_gib if self.memory_model is not None else None)
-        self._feasibility_fit = ((self.n_told, seed), model)
-        return model
-
-    def _log_p_feasible(self, X_space: Any, pool: list[dict],
-                        keys: list[str] | None) -> np.ndarray:
-        """log P(runs) of each pool configuration from the feasibility model (0 without one);
-        the memory model's predictions are cached by configuration."""
-        if self.feasibility_model is None:
-            return np.zeros(len(pool))
-        prior = None
-        if self.memory_model is not None:
-            keys = keys if keys is not None else [self.space.key(c) for c in pool]
-            new = [i for i, k in enumerate(keys) if k not in self._mem_of]
-            if new:
-                got = self.feasibility_model.prior_gib([pool[i] for i in new])
-                self._mem_of.update({keys[i]: float(g) for i, g in zip(new, got)})
-            prior = np.array([self._mem_of[k] for k in keys])
-        near = None
-        if self.feasibility_model.all_failed:
-            near = failure_proximity(self.space, X_space, [h["config"] for h in self._history
-                                                          if h["status"] != "ok"])
-        return self.feasibility_model.predict_encoded(X_space, len(pool),
-                                                      memory_limit=self.memory_limit_gib,
-                                                      prior_gib=prior, log=True,
-                                                      when_all_failed=near)
-
-    def _encode_pool(self, pool: list[dict]) -> Any:
-        """``space.encode(pool)`` through a cache keyed by configuration: a fixed pool of tens of
-        thousands is encoded once per search, not at every ask. With a ``cost_model`` or
-        ``features`` the rows go on with their logs (the objective GP's input; the feasibility
-        model takes the space's columns)."""
-        import torch
-
-        keys = self._pool_keys(pool)
-        new = [i for i, k in enumerate(keys) if k not in self._row_of]
-        if new:
-            rows = self.space.encode_array([pool[i] for i in new])
-            terms = self._gp_cost_model()
-            if terms is not None or self.features is not None:  # the objective GP's input:
-                from ..surrogate import GPPredictor
-                from ..surrogate.gp import evaluate_many
-
-                extra = GPPredictor(self.space, cost_model=terms, features=self.features
-                                    ).derived_columns([pool[i] for i in new], "candidates")
-                rows = np.concatenate([rows, extra.numpy()], axis=1)
-                self._n_terms = 0 if terms is None else int(np.size(evaluate_many(
-                    "cost_model", terms, [pool[new[0]]])[0]))
-            start = len(self._rows)
-            self._rows.extend(rows)
-            for j, i in enumerate(new):
-                self._row_of[keys[i]] = start + j
-            self._rows_tensor = None
-        if self._rows_tensor is None:
-            self._rows_tensor = torch.from_numpy(np.asarray(self._rows, dtype=np.float64))
-        return self._rows_tensor[torch.as_tensor([self._row_of[k] for k in keys])]
-
-    def _pool_keys(self, pool: list[dict]) -> list[str]:
-        return self._untried_keys if len(self._untried_keys) == len(pool) else \
-            [self.space.key(c) for c in pool]
-
-    def _gp_cost_model(self) -> Any:
-        """The objective GP's cost model: ``cost_model``, with the history's term appended while
-        the history is in use (module doc, "Transfer")."""
-        if self.history_model is None or not self.history_model.active:
-            return self.cost_model
-        if self._prior_terms is None:
-            self._prior_terms = PriorTerms(self.cost_model, self.history_model)
-        return self._prior_terms.terms
-
-    def _refresh_history(self, configs: list[dict], values: np.ndarray) -> None:
-        """Check the history against the ok trials; once it is dropped, the GP's inputs change:
-        forget the encoded rows and the anchors of the hyperparameters."""
-        hm = self.history_model
-        if hm is None or not hm.active:
-            return
-        if not hm.check(configs, np.log(np.clip(self._model_values(values, self.direction),
-                                                1e-300, None)) if len(values) else values):
-            self._rows, self._row_of, self._rows_tensor = [], {}, None
-            self._anchors.clear()
 
     def _prior_scores(self, pool: list[dict], X: Any) -> np.ndarray | None:
         """The prior's guess of each pool configuration's log objective (larger is better, up
@@ -744,39 +477,6 @@ class BayesianSearch(Searcher):
         info["ask_s"] = time.perf_counter() - t0
         return out
 
-    def _held(self, pool: list[dict]) -> list[dict]:
-        """``pool`` without the configurations whose layout the cost or memory model cannot
-        hold (a model with a ``holds_frame`` method, e.g. ``LLMTrainingModel``: ``tp * pp``
-        not dividing its GPUs); they would make the model raise. Results are cached by key.
-
-        Raises:
-            SearchError: If no configuration of the pool is left.
-        """
-        checks = [getattr(getattr(fn, "__self__", None), "holds_frame", None)
-                  for fn in (self.cost_model, self.memory_model)]
-        checks = [c for c in checks if callable(c)]
-        if not checks or not pool:
-            return pool
-        keys = self._pool_keys(pool)
-        new = [i for i, k in enumerate(keys) if k not in self._holds]
-        if new:
-            import pandas as pd
-
-            frame = pd.DataFrame([pool[i] for i in new])
-            ok = np.ones(len(new), dtype=bool)
-            for check in checks:
-                ok &= np.asarray(check(frame), dtype=bool)
-            self._holds.update((keys[i], bool(v)) for i, v in zip(new, ok))
-        kept = [i for i, k in enumerate(keys) if self._holds[k]]
-        if not kept:
-            raise SearchError(f"none of the {len(pool):,} candidates has a layout the cost or "
-                              "memory model can hold (e.g. tp * pp does not divide its GPUs)",
-                              hint="add the constraint 'n_gpus % (tp * pp) == 0' to the space")
-        if len(kept) < len(pool):
-            self._untried_keys = [keys[i] for i in kept]
-            pool = [pool[i] for i in kept]
-        return pool
-
     # -- the models, fitted on exactly the observations held ------------------------------------
     def _current_data(self) -> tuple[list[dict], np.ndarray, np.ndarray | None,
                                      np.ndarray | None]:
@@ -794,15 +494,6 @@ class BayesianSearch(Searcher):
         prior = self.cost_model is not None or self._history_in_use()
         return (PRIOR_MIN_OK if prior else self.n_init if self.n_told < self.n_init
                 else 2), prior
-
-    def _history_in_use(self) -> bool:
-        return self.history_model is not None and self.history_model.active
-
-    def _fit_seed(self) -> int:
-        """The seed of the fits at this point: the first draw of the ask's ``rng``
-        (``(seed, n_told)``), so an ask, :meth:`recommend` and :meth:`fit_predictor` at the
-        same point make (and share) the same fit."""
-        return int(self._rng().integers(2**31 - 1))
 
     def _objective_fit(self, data: tuple, seed: int) -> Any:
         """The objective's GP on ``data`` (:meth:`_current_data`), fitted once per set of
@@ -839,25 +530,6 @@ class BayesianSearch(Searcher):
                                               self.second_direction)
         self.feasibility_model = self._fit_feasibility(seed)
         self._models_at = self.n_told
-
-    def _baseline(self, configs: list[dict]) -> list[dict]:
-        """The observed configurations an incumbent may come from (the acquisition's
-        baseline, the screen's best posterior mean, :meth:`recommend`'s pick): those measured
-        at least once with an unflagged figure (:func:`~cubicml_lab.trials.figure_flag`: not
-        contended, a known CI), all of ``configs`` where none is. A flagged figure still
-        teaches the GP, with its noise, but never sets the bar alone."""
-        trusted = {self.space.key(h["config"]) for h in self._history if h["status"] == "ok"
-                   and figure_flag(h["values"], self.objective) is None}
-        return [c for c in configs if self.space.key(c) in trusted] or list(configs)
-
-    def _fit_reason(self) -> str:
-        """Which observations :attr:`predictor` was fitted on, in words (a proposal's "why")."""
-        n_fit = int(self.predictor.n_train)
-        n_ok = sum(h["status"] == "ok" for h in self._history)
-        left = n_ok - n_fit
-        return f"GP on {n_fit} ok observations" + (
-            f" ({left} contended left out: no trial carries a spread to weigh them by)"
-            if left > 0 else "")
 
     def fit_predictor(self) -> Any:
         """Fit the search's models on exactly the observations it holds now, and return the GP.
@@ -923,153 +595,3 @@ class BayesianSearch(Searcher):
         return space_filling(n, pool, self.space,
                              [h["config"] for h in self._history] + self.pending, rng, p_ok)
 
-    def _normalised_space_rows(self, pool: list[dict]) -> Any:
-        n_space = self.space.encoded_bounds().shape[1]
-        return self._encode_pool(pool)[:, :n_space]
-
-    def _explain(self, configs: list[dict], enqueued: list[bool]) -> list[Proposal]:
-        """Proposals with the GP's prediction and 95% interval, P(runs) and the acquisition
-        value of each pick (module doc); figures the searcher does not have yet stay None."""
-        base = super()._explain(configs, enqueued)
-        info = self.last_ask_info
-        if base and all(enqueued):  # no proposing ask: the GP of everything told, if any
-            try:
-                self.fit_predictor()
-            except SearchError:
-                return base
-        elif not base or info.get("phase") != "bo" or self.predictor is None:
-            if info.get("phase") == "initial":  # before the GP: the initial design
-                base = [p if p.phase == "enqueued" else replace(
-                    p, reason=f"space-filling design ({info.get('reason', '')}): the untried "
-                    "configuration farthest from everything tried") for p in base]
-            return base
-        lo, hi = self.predictor.predict_interval(configs)
-        mid, _ = self.predictor.predict(configs)
-        if self.direction == "minimize":  # the GP models 1 / objective (or -objective)
-            mid, lo, hi = ((1.0 / mid, 1.0 / hi, 1.0 / lo) if self.log_objective
-                           else (-mid, -hi, -lo))
-        p_ok = (self.feasibility_model.predict(configs, memory_limit=self.memory_limit_gib)
-                if self.feasibility_model is not None else [None] * len(configs))
-        acq = list(info.get("acquisition") or [])
-        picks = iter(acq[-sum(not q for q in enqueued):] if acq else [])
-        out = []
-        for i, (p, queued) in enumerate(zip(base, enqueued)):
-            a = None if queued else next(picks, None)
-            why = p.reason if queued else (
-                f"highest {'hypervolume ' if self.second_objective else ''}expected improvement"
-                f"{' x P(runs)' if self.feasibility_model is not None else ''} among "
-                f"{info.get('n_pool', 0):,} untried configurations ({info.get('reason', '')})")
-            out.append(replace(p, predicted=float(mid[i]), lower=float(lo[i]),
-                               upper=float(hi[i]), acquisition=a, reason=why,
-                               p_feasible=None if p_ok[i] is None else float(p_ok[i])))
-        return out
-
-    # -- stopping and Pareto front --------------------------------------------------------------
-    def recommend(self) -> tuple[dict, float]:
-        """The measured configuration the GP rates best: ``(config, estimate)``.
-
-        Of the configurations measured ok, the one with the highest posterior mean (by
-        direction), and that mean in the objective's units. Under noise the best single
-        measurement (:meth:`best`) is biased: it won partly by its own noise. The posterior mean
-        weighs each figure by the noise it was told with and by its neighbours' figures. Over 73
-        demo campaigns stored on a 2-core VM, the best measurement was micro-batch 32, 2 heads,
-        bf16, no recompute in 62; the highest posterior mean (the demo's prior, the told noise)
-        picked it in 69. A configuration measured only with flagged figures
-        (:func:`~cubicml_lab.trials.figure_flag`: contended, or no interval) is not picked while
-        another exists. Falls back to :meth:`best` while the GP cannot be
-        fitted (fewer than 2 distinct ok configurations, a second objective, a failed fit).
-
-        The GP is fitted on exactly the observations told so far (the fit an ask at this
-        point makes, and shared with it), and the answer is kept until the next trial is
-        told: a campaign's card and dashboard ask for it at every refresh.
-
-        Raises:
-            SearchError: If no trial has been told with status "ok".
-        """
-        with self._fit_lock:
-            kept = self._recommended
-            when = (self.n_told, self._history_in_use())
-            if kept is not None and kept[0] == when:
-                return dict(kept[1]), kept[2]
-            config, estimate = self._recommend()
-            self._recommended = ((self.n_told, self._history_in_use()), dict(config), estimate)
-            return config, estimate
-
-    def _recommend(self) -> tuple[dict, float]:
-        if self.second_objective is not None:
-            return self.best()
-        data = self._current_data()
-        configs, values = data[0], data[1]
-        if not configs or self._not_ready(configs, values, 2, "the GP"):
-            return self.best()
-        try:
-            pred = self._objective_fit(data, self._fit_seed())
-        except PredictorError:
-            return self.best()
-        seen: dict[Any, dict] = {}
-        for c in self._baseline(configs):  # a flagged figure alone: no best (Campaign.best())
-            seen.setdefault(self.space.key(c), c)
-        unique = list(seen.values())
-        mu = np.asarray(pred.predict(unique)[0], dtype=np.float64)
-        i = int(np.argmax(mu))
-        est = float(mu[i])
-        if self.direction == "minimize":
-            est = 1.0 / est if self.log_objective else -est
-        return dict(unique[i]), est
-
-    def should_stop(self) -> bool:
-        """True when the last ``stop_patience`` BO asks each expected less than
-        ``stop_threshold`` relative improvement (feasibility-weighted); :attr:`stop_reason`
-        then says so with the figures. Never while every ok figure is flagged
-        (:func:`~cubicml_lab.trials.figure_flag`: contended or without an interval): the
-        improvement is then measured against a bar nobody trusts, so the search goes on until
-        one clean figure exists (:attr:`stop_reason` says it held off).
-
-        Example:
-            >>> from cubicml_lab.space import Space, Int
-            >>> s = BayesianSearch(Space([Int("micro_batch", 1, 8)]), seed=0)
-            >>> s.should_stop()  # no BO ask yet
-            False
-        """
-        recent = self.improvement_trace[-self.stop_patience:]
-        if len(recent) < self.stop_patience or any(r >= self.stop_threshold for r in recent):
-            return False
-        ok = [h for h in self._history if h["status"] == "ok"]
-        if ok and all(figure_flag(h["values"], self.objective) is not None for h in ok):
-            self.stop_reason = (f"held off: all {len(ok)} ok figures are flagged (contended or "
-                                "without an interval), so no improvement can be trusted yet")
-            return False
-        what = "hypervolume improvement" if self.second_objective else "improvement"
-        self.stop_reason = (
-            f"expected {what} below {100 * self.stop_threshold:g}% for {self.stop_patience} asks "
-            f"in a row (last: {', '.join(f'{100 * r:.3g}%' for r in recent)})")
-        return True
-
-    def pareto(self) -> list[dict[str, Any]]:
-        """The non-dominated ok trials on (objective, second_objective).
-
-        Returns:
-            One dict per Pareto-optimal trial, ``{"config", <objective>, <second_objective>}``,
-            sorted by the objective, best first.
-
-        Raises:
-            SearchError: Without ``second_objective``.
-        """
-        if self.second_objective is None:
-            raise SearchError("pareto() needs two objectives",
-                              hint="BayesianSearch(..., second_objective='peak_mem_gib')")
-        rows = [h for h in self._history if h["status"] == "ok"
-                and self.second_objective in h["values"]]
-        sign = np.array([1.0 if self.direction == "maximize" else -1.0,
-                         1.0 if self.second_direction == "maximize" else -1.0])
-        Y = np.array([[h["value"], h["values"][self.second_objective]] for h in rows]) * sign
-        front = [i for i in range(len(rows))
-                 if not any((Y[j] >= Y[i]).all() and (Y[j] > Y[i]).any() for j in range(len(rows)))]
-        front.sort(key=lambda i: -Y[i, 0])
-        return [{"config": dict(rows[i]["config"]), self.objective: rows[i]["value"],
-                 self.second_objective: rows[i]["values"][self.second_objective]} for i in front]
-
-
-for _name in BayesianOptions.names():
-    if _name not in ("learn_drift", "num_candidates"):  # a property above; a Searcher attribute
-        setattr(BayesianSearch, _name, _option(_name))
