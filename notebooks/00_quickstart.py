@@ -35,6 +35,8 @@ BUDGET = 5 if SMOKE else 14  # finished trials, the default configuration first
 IDLE_WAIT_S = 0  # > 0: before each measurement, wait up to this many seconds for idle cores
 MEASURE = {**({"max_time_s": 0.5, "warmup_max_s": 1.0} if SMOKE else DEMO_MEASURE),
            "wait_for_idle_s": IDLE_WAIT_S}
+# a fresh process per trial; the smoke run measures in the kernel (no interpreter per trial)
+LAUNCHER = cml.launch.InProcess() if SMOKE else cml.launch.Subprocess(timeout_s=120)
 ROOT = Path.cwd().parent if Path.cwd().name == "notebooks" else Path.cwd()
 RUNS = Path(os.environ.get("CUBICML_LAB_RUNS", ROOT / "runs"))  # git-ignored
 STORE = RUNS / "quickstart.sqlite"
@@ -78,7 +80,7 @@ store = cml.TrialStore(STORE)
 prior = demo_prior()  # {"cost_model": ..., "features": ...} of the gpt workload
 search = cml.BayesianSearch(space, objective="throughput", seed=SEED, **prior)
 campaign = cml.Campaign(CAMPAIGN, space, workload="gpt",
-                        launcher=cml.launch.Subprocess(timeout_s=120), searcher=search,
+                        launcher=LAUNCHER, searcher=search,
                         store=store, measure_options=MEASURE,
                         reference=DEFAULT_CONFIG)  # measured first, the baseline of the speed-up
 df = campaign.run(budget=BUDGET, full=True)  # every field; run() alone gives the short table
