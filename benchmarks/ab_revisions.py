@@ -35,7 +35,7 @@ of ``measure_repeatability.py``'s. Each arm's line is followed by the spreads of
 reference was first measured so (2026-11-28, an AVX512_BF16 EPYC VM, base 3062052, 4 repeats,
 by a separate script since folded in here, with 2 more configurations): bf16 configurations
 spread a median 2.3% over the bf16 reference against 19.9% raw, and 9.1% over the fp32 one
-(``cubicml_lab.trials._corrects``).
+(``cubicml_lab.launch.runner._corrects``).
 
 ``--demo RUNS`` compares ``make demo``'s campaign instead: RUNS campaigns per arm, interleaved,
 printing each one's leave-one-out Kendall tau, best configuration and seconds. The base arm's
@@ -60,7 +60,7 @@ from collections import Counter
 from pathlib import Path
 
 import cubicml_lab as cml
-from cubicml_lab.hardware.machine import cache_dir
+from cubicml_lab.hardware.cache import cache_dir
 
 sys.path.insert(0, str(Path(__file__).parent))
 from measure_repeatability import CONFIGS, rel_spread  # noqa: E402

@@ -47,8 +47,9 @@ Run (after ``cat /proc/loadavg``: the machine should be otherwise idle):
     python3 benchmarks/measure_repeatability.py --device cuda --processes 1 --repeats 3 \
         --max-time-s 3
 
-By default (since 2026-11-29) a measurement is what a demo trial is: ``DEMO_PROCESSES`` (2) fresh
-processes, each with the whole timing budget, combined by ``DEMO_KEEP``, through one
+By default a measurement is what a demo trial is (:mod:`cubicml_lab.timing.policy`):
+``PROCESSES`` (2) fresh processes, each with the whole timing budget, combined by ``COMBINE``,
+through one
 ``Repeated`` launcher for the run (so its drift slopes pool as a campaign's do); before, the
 default was one process, and the runs below that name ``--processes 2 --whole-budget`` asked
 for what is now the default.
@@ -257,10 +258,10 @@ import time
 from typing import Any
 
 import cubicml_lab as cml
-from cubicml_lab.demo import DEMO_KEEP, DEMO_PROCESSES
+from cubicml_lab.hardware.drift import DRIFT_EXPONENT, DriftSlopePool, own_drift_fit
 from cubicml_lab.launch.repeated import KEEP
-from cubicml_lab.timing import DRIFT_EXPONENT
-from cubicml_lab.timing.figures import DRIFT_EXPONENT, DriftSlopePool, own_drift_fit
+from cubicml_lab.timing.policy import COMBINE as DEMO_KEEP
+from cubicml_lab.timing.policy import PROCESSES as DEMO_PROCESSES
 
 CONFIGS = {
     "gpt": [

@@ -6,6 +6,8 @@ A thin library behind a series of notebooks. The loop, after CubicML (Wen et al.
       ^                                                                        |
       +---- GPPredictor <---- TrialStore (SQLite: every trial, status, metrics, hardware)
 
+(``run_trial``: :func:`cubicml_lab.launch.runner.run_trial`, beside the launchers.)
+
 ``import cubicml_lab`` is cheap: torch, BoTorch and pandas load only when a name that needs them is
 first used. After ``import cubicml_lab as cml`` every public module is an attribute, loaded on
 first use: :mod:`~cubicml_lab.analytical` (the physics model of LLM training),

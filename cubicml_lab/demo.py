@@ -22,6 +22,7 @@ from .campaign import Campaign
 from .errors import MeasurementError
 from .space import Choice, Ordinal, PowerOfTwo, Space
 from .store import TrialStore
+from .timing.policy import COMBINE, MEASURE, PROCESSES, SHARE_BUDGET
 from .trials import SUGGESTED_IDLE_WAIT_S, contention_note
 
 if TYPE_CHECKING:
@@ -34,62 +35,11 @@ __all__ = ["DEFAULT_CONFIG", "DEMO_KEEP", "DEMO_MEASURE", "DEMO_PROCESSES", "cpu
            "cpu_fp32_score_cost", "cpu_thread_scaling", "demo_prior", "demo_space",
            "predictor_report", "run_demo", "speedup_line", "summary_table"]
 
-#: Measurement settings of the demo: short timed phases so that a trial takes seconds. Most
-#: trials stop well before ``max_time_s``, at the 1.5% CI target; the budget bounds the others.
-#: At 3 s (until 2026-11-26) 57% of them ran out of it first. On a 2-core VM, 5 demo campaigns
-#: at each budget, interleaved, gave a leave-one-out tau of 0.788, 0.848, 0.909, 0.848, 0.818 at
-#: 6 s (4 of 5 at 0.8 or more) against 0.788, 0.879, 0.727, 0.727, 0.818 at 3 s (2 of 5); the
-#: trials' median stored CI was 1.4% against 1.9% (over 3% in 10% of them against 32%), a trial
-#: took 7.7 s against 7.5 s at the median, a campaign 94-125 s against 86-102 s, and all 10 found
-#: the same best configuration. 5 runs of ``cubicml-lab demo`` at 6 s right after gave 0.692,
-#: 0.727, 0.697, 0.909 and 0.848 (the first three while the machine drifted more: the factor
-#: correcting a trial for the machine's speed varied by a standard deviation of 7-12% across
-#: their trials, against 5-6%), 4 of them the same configuration. To compare again:
-#: change this line, then ``benchmarks/ab_revisions.py --base HEAD --demo 5``.
-#: The warm-up takes ``MeasureOptions``' default: half of ``max_time_s`` (3 s) at most.
-DEMO_MEASURE: dict[str, Any] = {"max_time_s": 6.0}
-#: Fresh processes per demo trial, each timing it for the whole budget (:data:`DEMO_MEASURE`);
-#: the trial combines their figures as :data:`DEMO_KEEP` says
-#: (:class:`~cubicml_lab.launch.Repeated`, ``share_budget=False``). Until 2026-11-29 it kept
-#: the faster one's (``keep="fastest"``). On the 2-core VM, 2026-11-27, 10 idle demos so
-#: scored a leave-one-out tau of 0.905, 0.810, 0.810, 1.000, 0.810 and, interleaved with 5 that
-#: took the geometric mean of both processes (0.429, 0.810, 0.810, 0.810, 0.810;
-#: ``benchmarks/ab_revisions.py --base 52d21e1 --demo 5``), 0.905, 0.810, 1.000, 0.810, 0.810:
-#: 10 of 10 at 0.8 or more, the same best configuration in all (campaigns 161-203 s). 10
-#: earlier demos with the geometric mean scored 0.810, 0.714, 0.905, 0.524, 1.000, 0.810,
-#: 0.714, 0.905, 0.905, 0.905 (mean 0.819); one process a trial, 1.000, 0.905, 0.286, 0.619,
-#: 0.810 and 0.619 (mean 0.707; 94-114 s); a shared budget (3 s a process: 8 steps of
-#: micro-batch 32) 0.524 and 0.429 in the two campaigns run.
-DEMO_PROCESSES = 2
-#: How a demo trial combines its processes (:class:`~cubicml_lab.launch.Repeated`'s ``keep``):
-#: ``"drift_fit"``, every process's raw figure corrected at the drift slope they show together
-#: (``"fastest"`` until 2026-11-29). Where the drift reference moved between a trial's
-#: processes, the correction of the fastest took all of the move out, also from a
-#: configuration that felt less of it, and keeping the fastest then kept the one corrected
-#: most. On a 2-core Zen 5 VM (2026-11-28/29): the same configuration measured in several of
-#: 5 demo campaigns stored a figure whose standard deviation across them was a median 1.39%
-#: (largest 2.24%, 11 configurations) so, against 1.87% (largest 5.49%, 12) in 5 campaigns
-#: just before that kept the fastest; there, micro-batch 32 at 4 heads in bf16 stored 63,159
-#: and 65,230 tokens/s from processes whose reference read about 20% slow, 57,249-57,980 in
-#: the other three (57,142-58,838 in the 4 later ones that ran it). Those 5 later campaigns
-#: ranked at a leave-one-out tau of 0.939, 0.909, 0.909, 0.788, 0.970 (the 5 before: 0.848, 0.909,
-#: 0.939, 0.909, 0.939), all with the same best configuration. Interleaved with 5 campaigns of
-#: the code before (``benchmarks/ab_revisions.py --base 0ff4616 --demo 5``): 0.970, 0.879,
-#: 0.909, 0.848, 0.909 against 0.970, 0.879, 0.939, 0.879, 0.939 (5 of 5 each, the same best
-#: configuration in all 10), and the configurations measured in 4 or more of an arm's
-#: campaigns agreed to a median standard deviation of 1.05% (largest 2.23%, 11
-#: configurations) against 2.41% (5.01%, 11): the figures agree better, the ranking of a
-#: campaign's own trials is no higher. In
-#: ``benchmarks/measure_repeatability.py --processes 2 --whole-budget`` (10 configurations x
-#: 5 repeats, raw figures spread 5-37%), replayed over the same trials, the repeats spread a
-#: median 2.6% so (6 of 10 within 3%; dlrm's 4,096 batches with sparse gradients 3.4%
-#: against 17.5%) against 3.4% keeping the fastest (2 of 10), and in a second run 3.1% (5 of
-#: 10) against 3.8% (4 of 10). Since 2026-11-29 the slope's prior is the one the campaign's
-#: earlier trials of the workload and drift reference showed (``Repeated`` pools them): 5
-#: campaigns so ranked at 0.909, 0.939, 0.970, 0.909 and 1.000, the same best configuration in
-#: all 5 (2.08-2.24x); the 10 campaigns above, replayed so, at a mean of 0.915 (10 of 10 at 0.8
-#: or more) against 0.903 (9 of 10) as stored.
-DEMO_KEEP = "drift_fit"
+#: The measurement policy (:mod:`cubicml_lab.timing.policy`), under the names the notebooks
+#: import: ``MeasureOptions`` overrides, fresh processes per trial, how they are combined.
+DEMO_MEASURE: dict[str, Any] = MEASURE
+DEMO_PROCESSES = PROCESSES
+DEMO_KEEP = COMBINE
 
 
 def _max_threads() -> int:
@@ -153,58 +103,10 @@ def demo_prior(fp32_flop_cost: float | None = None,
     fixed outside the demo's space
     (e.g. a larger model's ``d_model``), filled in before the workload's defaults.
 
-    On 5 demo campaigns measured on an idle 2-core machine, the leave-one-out Kendall tau of the
-    GP over their 14 trials was 0.54, 0.45, 0.47, 0.43, 0.45 without it and 0.67, 0.80, 0.71,
-    0.63, 0.67 with the first cost model (FLOPs, weights, activations, overhead; the same
-    trials); 5 campaigns searched with it too gave 0.74, 0.71, 0.74, 0.69, 0.67. The cost model
-    of today (FLOPs by precision, activation bytes, attention scores) and the working-set
-    feature score those 10 campaigns at a mean of 0.765 (was 0.703), and 5 new campaigns
-    searched with them at 0.80, 0.79, 0.76, 0.67, 0.70 (mean absolute error 9-15 %). With the
-    cost terms' units (an fp32 FLOP weighed as a bf16 one until an fp32 trial is measured), 30
-    stored campaigns score a mean of 0.734 (0.710 without). Weighing an fp32 FLOP by the
-    measured matmul rates instead (4.4x a bf16 FLOP on that CPU) lifted the mean over 20 other
-    stored campaigns from 0.692 to 0.735, none lower: most campaigns run fp32 once, for the
-    default configuration, which the GP had put 21-37% too fast when left out. 5 new campaigns
-    searched with it scored 0.91, 0.58, 0.73, 0.82, 0.73 (5 just before it: 0.67, 0.67, 0.55,
-    0.73, 0.64); their fp32 default came out 3% too fast to 22% too slow, as the step's FLOPs
-    are not all matmuls. All found the same best configuration. Measured against each other, the
-    campaigns' figures of the same configurations rank at 0.91-1.00: what is left is the GP's,
-    on configurations a campaign ran once.
-
-    On a 2-core AVX512_BF16 VM (2026-11-28), that was the fp32 trials: left out, the fp32 default (8
-    sequences, 4 heads) came out 11% too slow and fp32 at 32 sequences and 2 heads 11% too fast
-    (medians over 22 campaigns), as the fp32 trials varied less with the micro-batch and heads than
-    the bf16 ones whose attention weight they shared. An attention term per precision, its weight
-    drawn towards the other's (``GPPredictor``'s ``UNIT_PRIOR_SD``), rescored those campaigns at a
-    mean of 0.810 instead of 0.752, and interleaved with 5 campaigns of the code before
-    (``benchmarks/ab_revisions.py --base ed12636 --demo 5``), 5 campaigns searched with it scored
-    0.788, 0.891, 0.848, 0.818, 0.697 (3 of 5 at 0.8 or more) against 0.382, 0.709, 0.818, 0.782,
-    0.692 (1 of 5); all 10 found the same best configuration. A fresh clone's ``make demo`` and 5
-    runs of ``cubicml-lab demo`` after it scored 0.727, then 0.818, 0.855, 0.855, 0.709, 0.782: 6 of
-    these 11 idle runs at 0.8 or more, short of the 4 of 5 the demo aims at, all with that
-    configuration. What is still off, left out: the fp32 default (11-12% too slow in all 5), the one
-    trial of 1 thread (11-28% too slow) and those of full recomputation (8-14% either way).
-
-    Those two were the next step (2026-11-28, the same VM). The fp32 default's 4 heads were
-    priced at bf16's cost per score, while this CPU's attention kernel takes about 6x as long
-    for a bf16 score as for an fp32 one (:func:`cpu_fp32_score_cost`: 0.12-0.18 in 4 idle
-    probes); and full recomputation's per-micro-batch launches were not counted (in the stored
-    campaigns its steps took 25% longer at 8 sequences, 17 campaigns, and 19% at 32, 37
-    campaigns). With the fp32 score priced by the probe and the launches counted
-    (``gpt.cost_terms``), the 41 demo campaigns stored on this VM rescored at a mean
-    leave-one-out tau of 0.817 instead of 0.794 (higher in 24, lower in 12; 28 instead of 22 at
-    0.8 or more). Interleaved with 5 campaigns of the code before (``ab_revisions.py --base
-    1119ddf --demo 5``), 5 campaigns searched with it scored 0.855, 0.697, 0.692, 0.733, 0.786
-    (1 of 5 at 0.8 or more) against 0.891, 0.782, 0.855, 0.745, 0.782 (2 of 5). Rescored on the
-    same trials, the new model ranked 8 of those 10 campaigns higher (mean 0.807 against 0.757;
-    the old arm's 5 at 0.964, 0.782, 0.891, 0.818, 0.855), so the gap between the arms was in
-    the trials: the new arm's searches ran 32 sequences at 8 heads (3 of 5), and 3 of its
-    trials, measured while the drift reference ran 19-24% slow, came out 9-18% above the same
-    configurations in the other campaigns, the correction (exponent 1) taking out more than the
-    slowdown (the old arm had 4 such trials, 0-9% above). All 10 found the same best
-    configuration. A fresh clone's ``make demo`` and 5 runs of ``cubicml-lab demo`` after it
-    (10 trials each, none flagged) scored 0.778, then 0.867, 0.911, 0.867, 0.867, 0.911: with
-    the A/B's arm, 6 of these 11 idle runs at 0.8 or more, all with that configuration.
+    Each term is there because the GP ranks the demo's trials better with it (leave-one-out
+    Kendall tau; ``docs/results.md``): an fp32 FLOP weighs as much as the CPU's matmul rates say,
+    an attention score per precision as the CPU's kernel takes, and full recomputation's
+    per-micro-batch launches are counted.
 
     Example:
         >>> prior = demo_prior()
@@ -257,13 +159,8 @@ def cpu_thread_scaling(threads: int | None = None) -> float:
     ``threads`` is 1 or a rate cannot be measured.
 
     Every demo campaign's search tries 1 thread once, and that trial is its only one: left out,
-    it is predicted from the cost model's split alone. On a 2-core AMD EPYC VM (Zen 4, AVX-512)
-    whose bf16 matmuls ran 1.76x as fast on 2 threads as on 1, an even split put it a median
-    23% too slow (17 campaigns, 2026-11-28). On a 2-core Zen 5 VM (2026-11-28) the matmuls
-    scaled 1.98x (an exponent of 0.983); over its 5 demo campaigns the left-out 1-thread trial
-    came out -22% to +6% (median -2.4%) with an even split, and their leave-one-out tau was
-    0.848, 0.909, 0.939, 0.909, 0.939 with it against 0.879, 0.909, 0.939, 0.909, 0.939 at the
-    measured exponent (at 0.9: 0.879, 0.879, 1.000, 0.909, 0.939)."""
+    it is predicted from the cost model's split alone, so the split follows the CPU's measured
+    scaling rather than an even one."""
     import torch
 
     from .hardware import device_peak_flops
@@ -301,32 +198,21 @@ def predictor_report(df: pd.DataFrame, space: Space, objective: str = "throughpu
     With ``observed_noise`` (the default) each fold's GP is told the trials' measured noise as
     ``BayesianSearch`` tells its own (:func:`~cubicml_lab.search.bayesian.observed_noise`: each
     figure's CI, at least 10 % for a flagged one), so the report scores the model the search
-    ranked with; without it the GP infers one noise level for all. Over 68 demo campaigns stored
-    on a 2-core VM (2026-11-25/26, measurement code of several revisions), telling it the noise
-    moved the leave-one-out tau from a mean of 0.726 to 0.747 (higher in 41, lower in 18); over
-    the latest 25, from 0.781 to 0.808, and at 0.8 or more in 15 instead of 11. What still
-    separates the two is pairs of configurations within a few percent of each other: a third of
-    those within 5 % were ranked against their measured order, 2 % of those more than 15 % apart.
+    ranked with; without it the GP infers one noise level for all. The told noise ranks
+    the trials better; what still separates the two is pairs of configurations within a few
+    percent of each other.
 
     With ``learn_drift`` (the default) the GP learns how much of each trial's drift correction
     to keep, as ``BayesianSearch`` does (:func:`~cubicml_lab.search.bayesian.learn_drift`).
     Each leave-one-out fold learns it on the trials it is fitted on, and the trial it leaves
     out is scored at that fold's exponent (``measured`` holds those figures);
     ``drift_exponent`` is the exponent learned on all the ok trials, as the search had it at
-    its end (None: no trial was corrected). Until 2026-11-27 the report learned it once, on
-    all the trials, the left-out one included: the exponent is chosen for the fit of the
-    figures it corrects, so each left-out figure had been moved towards the model before it
-    was scored against it. On 10 demo campaigns stored on a 2-core AMD VM (2026-11-27,
-    ``benchmarks/demo_report_noise.py``) that scored a mean tau of 0.724, 8 of them at 0.8 or
-    more; learned per fold, 0.650 and 4 of 10, and on the stored figures (``learn_drift=False``)
-    0.619 and 4 of 10 (the learned exponent higher in 2 campaigns, lower in none). Demo taus
-    of the learned exponent's first day (from commit f25e3fc, 2026-11-27 02:09 UTC, until this
-    change; in the project's notes) carry that bias.
+    its end (None: no trial was corrected). Learning it once on all the trials, the left-out
+    one included, would move each left-out figure towards the model before it is scored.
 
     ``flagged`` counts the trials the contention guard flagged (``contended`` > 0: measured
-    while other work shared the cores); they are kept, as measured: leaving them out of 5 demo
-    campaigns on a machine with background work lowered the tau from 0.85, 0.67, 0.56, 0.74,
-    0.43 to 0.82, 0.31, 0.60, 0.22, 0.42 (fewer trials to learn from and score).
+    while other work shared the cores); they are kept, as measured: leaving them out leaves
+    fewer trials to learn from and score, and ranks lower.
     """
     import numpy as np
 
@@ -414,7 +300,7 @@ def run_demo(budget: int = 14, store: str | os.PathLike[str] = "data/demo.sqlite
             may take half as long (``MeasureOptions.warmup_budget_s``). Shorter is quicker and
             noisier.
         processes: Fresh processes per trial with the ``"subprocess"`` launcher, each with
-            the whole timing budget, the fastest one's figures kept
+            the whole timing budget, their figures combined as :data:`DEMO_KEEP` says
             (:class:`~cubicml_lab.launch.Repeated`; :data:`DEMO_PROCESSES`: 2). A process
             has a speed level of its own, which more timing in it does not average away.
         wait_for_idle_s: Before each trial process's warm-up, wait up to this many seconds for
@@ -441,8 +327,8 @@ def run_demo(budget: int = 14, store: str | os.PathLike[str] = "data/demo.sqlite
                                     "(cubicml-lab demo --max-time-s 6)")
     runner: Launcher = InProcess()  # built first: a bad ``processes`` is refused before the store
     if launcher == "subprocess":
-        runner = Repeated(Subprocess(timeout_s=120), processes=processes, share_budget=False,
-                          keep=DEMO_KEEP)
+        runner = Repeated(Subprocess(timeout_s=120), processes=processes,
+                          share_budget=SHARE_BUDGET, keep=DEMO_KEEP)
     measure = {**DEMO_MEASURE, "max_time_s": max_time_s}
     if wait_for_idle_s:
         measure["wait_for_idle_s"] = wait_for_idle_s

@@ -34,6 +34,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from .errors import MeasurementError
+from .hardware.drift import applied_factor
 
 __all__ = ["FINISHED", "STATUSES", "Trial", "TrialResult", "contention_note", "dumps",
            "failure_result", "figure_flag", "is_contended", "trial_log",
@@ -438,7 +439,7 @@ def _drift_fact(m: Mapping[str, Any]) -> str | None:
     raw, figure = m.get("throughput_raw"), m.get("throughput")
     if m.get("drift_corrected") != 1.0 or not (_finite(raw) and _finite(figure)):
         return None
-    k = figure / raw  # from windows each corrected by the reference samples next to it
+    k = applied_factor(raw, figure)  # from windows each corrected by the references beside them
     ran = "slower than" if k > 1.005 else "faster than" if k < 0.995 else "at"
     return (f"corrected x{k:.2f} from the raw {raw:,.0f}/s to the machine's nominal speed "
             f"(its drift reference ran {ran} nominal)")

@@ -24,9 +24,13 @@
   speed the machine is usually at (a machine that switches between speed states has its
   windows held to that one: ``time_steps``).
 
-Importing this package imports no torch. Its modules: :mod:`~cubicml_lab.hardware.machine`,
+Importing this package imports no torch. Its modules, imports pointing down this list (an
+import-linter contract): :mod:`~cubicml_lab.hardware.machine`;
 :mod:`~cubicml_lab.hardware.gpu`, :mod:`~cubicml_lab.hardware.contention` and
-:mod:`~cubicml_lab.hardware.idle` (:func:`wait_for_idle`, before a trial).
+:mod:`~cubicml_lab.hardware.idle` (:func:`wait_for_idle`, before a trial);
+:mod:`~cubicml_lab.hardware.cache` (the CPU model and the locked per-machine cache) and
+:mod:`~cubicml_lab.hardware.drift` (drift correction's arithmetic, the one home of
+``DRIFT_EXPONENT`` and the slope fits).
 """
 
 from __future__ import annotations

@@ -14,7 +14,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..errors import MeasurementError
-from .machine import cpu_model, locked_json_cache
+from .cache import cpu_model, locked_json_cache
+from .drift import USUAL_MIN, USUAL_MOVED, usual_speed  # re-exported: the gate's usual speed
 
 __all__ = ["DEFAULT_REFERENCE_ROWS", "MAX_CPU_WAIT", "REFERENCE_PRECISIONS", "REFERENCE_ROWS",
            "USUAL_HISTORY", "USUAL_MIN", "USUAL_MOVED", "CpuContention", "ReferenceWork",
@@ -58,12 +59,10 @@ _CLK_TCK = float(os.sysconf("SC_CLK_TCK")) if hasattr(os, "sysconf") else 100.0
 _CPUS = os.cpu_count() or 1  # /proc/stat's first line sums over all of them
 
 
-#: Default largest ``cpu_wait`` of a clean window. A window's slowdown grew about 3x as fast as
-#: its threads' run-queue wait (``gpt`` defaults, 2 threads on a 2-core VM, beside idle-class
-#: and ordinary busy processes: wait under 0.005 ran at 1.00x the quiet step time, 0.01-0.02 at
-#: 1.03x, 0.05-0.1 at 1.16x, 0.1-0.2 at 1.31x, above 0.2 at 2.1x), so 0.02 keeps a clean
-#: window within a few percent of the quiet machine while windows on a quiet machine (waits
-#: mostly under 0.005) pass.
+#: Default largest ``cpu_wait`` of a clean window (a fraction of the window's wall time). A
+#: window's slowdown grows about 3x as fast as its threads' run-queue wait, so 0.02 keeps a
+#: clean window within a few percent of the quiet machine, while windows on a quiet machine
+#: (waits mostly under 0.005) pass.
 MAX_CPU_WAIT = 0.02
 
 
@@ -84,7 +83,7 @@ class CpuContention:
     * ``cpu_steal``: in a virtual machine, the time its CPUs were ready to run while the host
       ran other work (``/proc/stat``'s steal column), over ``wall x`` the machine's CPUs: the
       same kind of wait as ``cpu_wait``, one level down, which the guest's scheduler does not
-      see. On the 2-core KVM VM measured it was 0-1 tick in 200 a second while idle.
+      see. An idle machine shows 0-1 tick in 200 a second.
 
     A window is contended when ``cpu_wait > max_wait`` or ``cpu_steal`` (less one 10-ms tick,
     the resolution it is read at) ``> max_wait``; where
@@ -95,11 +94,8 @@ class CpuContention:
     Background work is not harmless because it is marked so: on Linux with autogroup
     (``/proc/sys/kernel/sched_autogroup_enabled`` = 1, the default of most distributions) each
     session is scheduled as one group, so ``SCHED_IDLE`` or ``nice 19`` work started from
-    another terminal competes with a trial as an equal. Measured on a 2-core VM: 3 to 5 such
-    processes slowed a 2-thread ``gpt`` step from 30 ms to 100-130 ms (``cpu_wait`` 0.3-0.5,
-    every window contended); with the trial's group at the highest priority instead, 30-34 ms
-    and ``cpu_wait`` 0.006-0.03. Give background work a low group priority (``echo 19 >
-    /proc/$$/autogroup`` in the shell that starts it).
+    another terminal competes with a trial as an equal. Give background work a low group
+    priority (``echo 19 > /proc/$$/autogroup`` in the shell that starts it).
 
     Args:
         threads: Threads the trial computes with (torch's intra-op threads).
@@ -158,8 +154,8 @@ class CpuContention:
 
 
 # ----------------------------------------------------------------------- drift reference
-#: The sizes :class:`ReferenceWork` comes in: rows of its batch, powers of two (one of 128 rows
-#: spread 10-12% (IQR / median) over 20 samples on an idle 2-core VM, over its tolerance).
+#: The sizes :class:`ReferenceWork` comes in: rows of its batch, powers of two (128 rows are
+#: too few: their samples spread more than :attr:`ReferenceWork.tolerance`).
 REFERENCE_ROWS = (256, 512, 1024)
 #: The size used when a trial does not say how many rows its matmuls have.
 DEFAULT_REFERENCE_ROWS = 256
@@ -198,8 +194,8 @@ class _Gauge:
 
     def sample(self) -> float:
         """Seconds per reference step over one sample (the first call also calibrates)."""
-        if self.steps == 0:  # calibrate on the median of 5 timed steps, not one (a slow one
-            for _ in range(3):  # left a sample at 1 step, 8.5 ms, on a VM whose speed jumps)
+        if self.steps == 0:  # calibrate on the median of 5 timed steps, not one (one slow
+            for _ in range(3):  # step would size every sample too small)
                 self._step()
             times = []
             for _ in range(5):
@@ -225,11 +221,8 @@ class ReferenceWork(_Gauge):
     slows both alike: clock changes, other tenants of a virtual machine, cache and memory state.
 
     What slows a step depends on its working set, so a trial's reference has about as many rows
-    as its own matmuls (:func:`reference_rows`). Measured on a 2-core VM, 4 gpt configurations
-    x 4 fresh processes, each reference interleaved with the trial's windows: the trials with
-    1,024 and 4,096 rows per matmul kept 3.4-6.9% apart across processes over the 1,024-row
-    reference (15-22% over the 256-row one), the one with 256 rows 10.0% over the 256-row one
-    (18% over the 1,024-row one), where the raw figures spread 10-27%.
+    as its own matmuls (:func:`reference_rows`). A trial spreads least across
+    processes over a reference of its own size.
 
     A trial in bf16 is gauged by the same MLP with its matmuls in bf16 (``precision``, under
     ``torch.autocast`` as the workloads run bf16): a CPU's bf16 kernels may be another code path
@@ -244,7 +237,7 @@ class ReferenceWork(_Gauge):
     """
 
     #: Relative spread (IQR / median) of clean samples in one process on an idle machine, at
-    #: most (measured on a 2-core VM: about 0.04 with :func:`tune_cpu_allocator`, 0.16 without).
+    #: most (with :func:`tune_cpu_allocator`; without it samples spread more).
     tolerance = 0.08
 
     def __init__(self, sample_s: float = 0.02, rows: int = DEFAULT_REFERENCE_ROWS,
@@ -310,16 +303,11 @@ class StepReference(_Gauge):
     (one of :attr:`~cubicml_lab.workloads.Workload.drift_references`), sampled like
     :class:`ReferenceWork` between a trial's windows.
 
-    A matmul-bound MLP does not feel what slows every workload: on a 2-core VM (2026-11-27, 5
-    fresh processes per configuration, each sampling both references next to its windows), the
-    5 dlrm configurations of ``benchmarks/measure_repeatability.py`` spread 11-18% raw and still
-    5-18% (median 15.7%) over the MLP, whose samples hardly moved with theirs (correlation -0.00
-    to 0.32 over 30 rounds of windows, 0.64-0.88 with the small dlrm), but 2.5-5.7% (median
-    4.6%) over a dlrm of 256 samples and 1,000 rows per table, whose drift they followed with a
-    slope of 0.7-1.2. gpt's configurations kept the MLP (3.0-4.3% over it, 4.8-6.7% over a
-    one-layer gpt). Where a workload names several (dlrm: a small and a large table size,
-    :meth:`~cubicml_lab.workloads.dlrm.DLRMWorkload.drift_reference_for`), their nominals are
-    measured together (:func:`establish_reference_scale` with ``gauges``).
+    A matmul-bound MLP does not feel what slows every workload (an embedding-bound dlrm
+    configuration drifts with a small dlrm, not with the MLP), so a workload may be gauged by a
+    small configuration of itself. Where a workload names several (dlrm: a small and a large
+    table size, :meth:`~cubicml_lab.workloads.dlrm.DLRMWorkload.drift_reference_for`), their
+    nominals are measured together (:func:`establish_reference_scale` with ``gauges``).
 
     Args:
         step: Runs one step of the reference configuration.
@@ -441,43 +429,6 @@ def establish_reference_scale(threads: int, rounds: int = 7,
 
 #: Reference speeds of this many recent trials are kept per CPU model and thread count.
 USUAL_HISTORY = 25
-#: Recent figures needed before :func:`reference_usual` names a usual speed.
-USUAL_MIN = 5
-#: This many latest figures that agree with each other and not with the usual speed make theirs
-#: the usual one: the machine has moved (each of those trials waited for the old speed in vain).
-USUAL_MOVED = 3
-
-
-def usual_speed(speeds: list[float], tol: float) -> float | None:
-    """The speed most of ``speeds`` (oldest first) agree on: the median of the largest group
-    within ``tol`` (in log) of one of them (ties: the group whose centre is nearest the overall
-    median); but the median of the last :data:`USUAL_MOVED` when they lie within ``tol`` of each
-    other and further from that; ``None`` for fewer than :data:`USUAL_MIN` figures.
-
-    A machine that switches between speed states has several clusters; the mode, not the
-    median, is the state it is usually in, until it settles in another.
-
-    Example:
-        >>> round(usual_speed([240, 236, 280, 244, 238, 279, 241], 0.08))
-        240
-        >>> round(usual_speed([240, 236, 280, 244, 238, 279, 241, 200, 203, 199], 0.08))
-        200
-    """
-    ordered = [math.log(s) for s in speeds if s > 0 and math.isfinite(s)]
-    if len(ordered) < USUAL_MIN:
-        return None
-    logs = sorted(ordered)
-    mid = logs[len(logs) // 2]
-    groups = [[x for x in logs if abs(x - c) <= tol] for c in logs]
-    best = max(groups, key=lambda g: (len(g), -abs(g[len(g) // 2] - mid)))
-    usual = best[len(best) // 2]
-    last = sorted(ordered[-USUAL_MOVED:])
-    moved = last[len(last) // 2]
-    if last[-1] - last[0] <= tol and abs(moved - usual) > tol:
-        return math.exp(moved)
-    return math.exp(usual)
-
-
 def reference_usual(threads: int, tol: float, rows: int | str = DEFAULT_REFERENCE_ROWS
                     ) -> float | None:
     """This machine's usual :class:`ReferenceWork` speed (steps/s) at ``threads`` and ``rows``

@@ -154,9 +154,8 @@ _SLOWDOWN = 0x8 | 0x20 | 0x40 | 0x80
 
 class ThrottleGuard:
     """A window guard for CUDA (see :class:`CpuContention`): a window during which
-    :class:`GpuTelemetry` saw the device throttled is contended. Run on an H200 (2026-11-26)
-    and an H100 (2026-11-27) by ``tests/test_gpu.py``: it sampled the card on every window and
-    flagged none at the power cap."""
+    :class:`GpuTelemetry` saw the device throttled is contended. A GPU held at its power cap is
+    not throttled (its steady state)."""
 
     def __init__(self, telemetry: GpuTelemetry) -> None:
         self.telemetry = telemetry

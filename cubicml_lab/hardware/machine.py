@@ -1,23 +1,23 @@
-"""This machine: its description, peak memory, the CPU allocator, the device's peak FLOP/s, and
-a locked JSON cache for figures measured once per machine. Importing it imports no torch.
+"""This machine: its description, peak memory, the CPU allocator and the device's peak FLOP/s
+(measured once per machine and kept in :func:`~cubicml_lab.hardware.cache.locked_json_cache`).
+Importing it imports no torch.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import platform
 import socket
 import sys
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 from ..errors import MeasurementError
+from .cache import cache_dir, cpu_model, locked_json_cache  # noqa: F401 (importable from here)
 
 __all__ = ["address_layout", "attention_score_seconds", "cpu_model", "default_device",
            "device_peak_flops", "hardware_info", "host_record", "locked_json_cache",
@@ -101,32 +101,18 @@ def tune_cpu_allocator() -> str:
 
     By default glibc serves large blocks (the activations and gradients of a step) with ``mmap`` and
     gives them back with ``munmap`` when torch frees them, so every step page-faults its buffers in
-    again: thousands of faults per step, which on a virtual machine cost 10-25% of a small model's
-    step time and most of its run-to-run noise (measured: ``gpt`` defaults, one thread, 7,000 faults
-    and 66-123 ms per step before; 16 faults and 62-77 ms after). This turns ``mmap`` off for blocks
-    (``M_MMAP_MAX`` = 0: every block comes from the heap and is reused) and sets
-    ``M_TRIM_THRESHOLD`` to 2 GiB, as the jemalloc/tcmalloc advice for CPU training does by other
-    means. Raising ``M_MMAP_THRESHOLD`` instead (as this did before) stops at glibc's cap of 32 MiB,
-    which a larger micro-batch's buffers pass (``gpt`` at 32 sequences: 32 MiB of fp32 logits, plus
-    malloc's header). Measured at micro-batch 32 in bf16 on 2 threads of a 2-core VM: 43,000 faults
-    and a median step of 190 ms untuned, 29,000 and 191 ms with the 32 MiB threshold, 410 and 142 ms
-    with ``mmap`` off (10th-90th percentile of the steps 179-194, 184-206 and 140-145 ms). In 5 demo
-    campaigns each, the GP's leave-one-out Kendall tau went from 0.50-0.79 (mean 0.65) to 0.67-0.85
-    (mean 0.76), and micro-batch 32 went from slower per token than 16 to the fastest. Freed memory
-    stays with the process, so its resident size stays at its peak, and the peak includes the heap's
-    holes (gpt at d_model 256, sequence 512, micro-batch 4: 0.31-0.38 GiB above the interpreter
-    instead of 0.30; :func:`reset_peak_memory` gives free memory back first, so one trial's holes do
-    not count in the next one's peak); it applies to the whole process (for an in-process trial, the
-    caller's). Set ``CUBICML_LAB_MALLOC=default`` to leave malloc alone.
-
-    Tried and not kept (2026-11-26, 2-core VM, transparent huge pages in ``madvise`` mode): glibc's
-    ``GLIBC_TUNABLES=glibc.malloc.hugetlb=1`` in the trial's environment gave a trial 160-230 MiB
-    of huge pages (none without it), but in an interleaved A/B (``benchmarks/ab_revisions.py
-    --work-env``, 10 configurations x 4 fresh processes) throughput moved by -3% to +4% per
-    configuration and the spread across processes not at all (median 4.9% against 4.7%).
-    torch's own ``THP_MEM_ALLOC_ENABLE=1`` (its large CPU blocks 2 MiB-aligned and advised for
-    huge pages), interleaved the same way (gpt's 5 configurations x 5 fresh processes, same VM,
-    2026-11-26): median spread 3.6% against 2.6%, 0 of 5 within 3% against 3.
+    again: thousands of faults per step, a large share of a small model's step time and most of
+    its run-to-run noise. This turns ``mmap`` off for blocks (``M_MMAP_MAX`` = 0: every block
+    comes from the heap and is reused) and sets ``M_TRIM_THRESHOLD`` to 2 GiB, as the
+    jemalloc/tcmalloc advice for CPU training does by other means. ``M_MMAP_THRESHOLD`` is not
+    raised instead: glibc caps it at 32 MiB, which a larger micro-batch's buffers pass (``gpt`` at
+    32 sequences: 32 MiB of fp32 logits, plus malloc's header). Freed memory stays with the
+    process, so its resident size stays at its peak, and the peak includes the heap's holes
+    (:func:`reset_peak_memory` gives free memory back first, so one trial's holes do not count in
+    the next one's peak); it applies to the whole process (for an in-process trial, the
+    caller's). Set ``CUBICML_LAB_MALLOC=default`` to leave malloc alone. Huge pages (glibc's
+    ``hugetlb`` tunable, torch's ``THP_MEM_ALLOC_ENABLE``) are left off: they did not steady the
+    figures (``docs/results.md``).
 
     Returns:
         What the trial ran with, for the hardware record: ``"glibc mmap=off
@@ -140,17 +126,6 @@ def tune_cpu_allocator() -> str:
     ok = (libc.mallopt(_M_MMAP_MAX, 0) == 1
           and libc.mallopt(_M_TRIM_THRESHOLD, _TRIM_THRESHOLD) == 1)
     return "glibc mmap=off trim_threshold=2GiB" if ok else "default"
-
-
-@lru_cache(maxsize=1)
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.lower().startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "unknown"
 
 
 @lru_cache(maxsize=1)
@@ -275,53 +250,6 @@ def _gpu_family(name: str) -> str | None:
             form = "NVL" if "NVL" in n else ("PCIe" if "PCIE" in n else "SXM")
             return f"{chip} {form}"
     return "A100" if "A100" in n else None
-
-
-def cache_dir() -> Path:
-    """The cubicml_lab cache folder: ``$CUBICML_LAB_CACHE_DIR``, else ``~/.cache/cubicml_lab``."""
-    return Path(os.environ.get("CUBICML_LAB_CACHE_DIR") or Path.home() / ".cache" / "cubicml_lab")
-
-
-@contextmanager
-def locked_json_cache(name: str) -> Iterator[dict[str, Any]]:
-    """A JSON object kept in ``$CUBICML_LAB_CACHE_DIR/<name>`` (default ``~/.cache/cubicml_lab``),
-    held under an exclusive file lock for the block (``<name>`` with a ``.lock`` suffix, where
-    ``fcntl`` exists), so that processes measuring at once read one another's results.
-
-    Yields the cache as a dict (empty when the file is missing, unreadable or not an object);
-    when the block changed it and ended without an exception, it is written back atomically (a
-    temporary file, then ``os.replace``).
-
-    Example:
-        >>> import tempfile
-        >>> os.environ["CUBICML_LAB_CACHE_DIR"] = tempfile.mkdtemp()
-        >>> with locked_json_cache("demo.json") as cache:
-        ...     cache["answer"] = 42
-        >>> with locked_json_cache("demo.json") as cache:
-        ...     cache["answer"]
-        42
-        >>> del os.environ["CUBICML_LAB_CACHE_DIR"]
-    """
-    path = cache_dir() / name
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.with_suffix(".lock"), "a") as lock:
-        try:
-            import fcntl
-
-            fcntl.flock(lock, fcntl.LOCK_EX)  # released when the lock file closes
-        except ImportError:
-            pass
-        try:
-            cache = json.loads(path.read_text())
-        except (OSError, ValueError):
-            cache = {}
-        cache = cache if isinstance(cache, dict) else {}
-        before = json.dumps(cache, sort_keys=True)
-        yield cache
-        if json.dumps(cache, sort_keys=True) != before:
-            tmp = path.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_text(json.dumps(cache, indent=1, sort_keys=True))
-            os.replace(tmp, path)
 
 
 def _bench_size(per_flop: float, n: int, seconds: float) -> int:
@@ -475,12 +403,10 @@ def attention_score_seconds(precision: str = "fp32", seq_len: int = 128,
     pairs whose threads waited for a core discarded, run once and cached in ``cpu_peak.json``
     keyed by CPU model, threads, shape and precision (not cached where too few pairs were
     clean). What it prices is the per-head softmax and masking that a FLOP count does not see.
-    On a 2-core AVX-512 EPYC (2026-11-28, 2 threads, 128-token sequences, width 128) a bf16
-    score took 5.6-8x an fp32 one in 4 idle probes, the kernel presumably converting each to
-    fp32 and back, while a plain bf16 softmax was the faster: a softmax alone would price it
-    the wrong way round. With two CPU-bound processes beside it, a probe without the guard put
-    the ratio at 280x; with it, 3 of 4 such probes measured nothing (None) and the fourth's
-    fp32 figure was the idle one.
+    A CPU's bf16 score may cost several fp32 ones (the kernel converting each to fp32 and
+    back) while a plain bf16 softmax is the faster, so a softmax alone could price it the wrong
+    way round; probes whose threads waited for a core are discarded, or the ratio would measure
+    the other work.
     """
     if precision not in ("fp32", "bf16", "fp16"):
         raise MeasurementError(f"precision = {precision!r} is not one of fp32, bf16, fp16",

@@ -2,88 +2,65 @@
 
 A figure measured in one fresh process carries two kinds of noise: the spread of its own timed
 windows, which its CI states and longer timing shrinks, and the process's own level, which no
-amount of timing in that process shrinks: the same configuration timed in fresh processes one
-after another on an idle 2-core VM spread 3.5% where timing in one process spread 1.7-2.0%
-(``benchmarks/measure_repeatability.py --compare-process``), and some configurations fall on two
-levels 5-8% apart from process to process. Only more processes average the second kind away.
+amount of timing in that process shrinks (where libraries and buffers land, the machine's state
+when it started). Only more processes average the second kind away: where the invocation level
+varies more than the iterations, more invocations buy more precision per second than longer
+ones (Kalibera and Jones, "Rigorous Benchmarking in Reasonable Time", ISMM 2013).
 :class:`Repeated` runs a trial in ``processes`` fresh processes of any launcher, one after
-another, and by default gives each a share of the timing budget (:func:`share_of_budget`):
+another. Its defaults are the measurement policy (:mod:`cubicml_lab.timing.policy`): 2
+processes, each with the whole timing budget, combined by ``keep="drift_fit"``.
+
+With ``share_budget=True`` each process gets a share of the budget (:func:`share_of_budget`):
 ``max_time_s`` and the step counts divided by the count and the CI it stops at
 (``target_rel_ci``) widened by its square root, so that the CI of the processes' mean is about
-what one process would have reached (with ``keep="fastest"``, the default, the CI a trial
-stores is the kept process's, wider by about that root), and what is added is the cost of
-starting and warming up the extra processes (about 5 s each for a demo trial on that VM). This
-is the classic split of a benchmark's time between invocations and iterations (Kalibera and
-Jones, "Rigorous Benchmarking in Reasonable Time", ISMM 2013): where the invocation level varies
-more than the iterations, more invocations buy more precision per second than longer ones. On
-that VM, 10 configurations with steps of 50-330 ms and 10 s of timing spread a median 2.9%
-across repeats in 2 processes (their geometric mean), against 4.5% in one, and in a later run
-3.0% (the faster kept) against 3.7%, and in a third 2.5% against 3.9%
-(``measure_repeatability.py --processes 1 2``). Where a
-share leaves a process only a few steps, its windows' own noise comes back: the demo's 6 s of
-0.1-0.4-s steps, shared, left 8 steps a process; ``share_budget=False`` gives each process the
-whole budget, at about ``processes`` times the timing cost (the demo's choice,
-:data:`~cubicml_lab.demo.DEMO_PROCESSES`).
+what one process would have reached; what is added is the cost of starting and warming up the
+extra processes. Where a share leaves a process only a few steps, its windows' own noise comes
+back, so the policy gives each process the whole budget, at about ``processes`` times the
+timing cost.
 
-Which processes a trial's figures come from (``keep``): by default the fastest's. On that VM
-the odd process is nearly always a slow one. In 10 demo campaigns measured in 2 processes a
-trial (2026-11-27), 15 of 69 trials had processes more than 3% apart; in 14 of them the process
-further from the configuration's figure in the other campaigns was the slower one, a median
-5.3% off where the other was 1.3% off. Of 46 single-process repeats of
-``measure_repeatability.py``, 5 lay more than 3% below their configuration's median and 1
-above it. What disturbs a process adds time, so the fastest is the least disturbed (the case
-Chen and Revels, "Robust benchmarking in noisy environments", 2016, make for the minimum time).
-Rescored with each trial scaled to its faster process, those 10 campaigns' leave-one-out tau
-rose from a mean of 0.819 to 0.867 (0.8 or more in 9 of 10, against 7); pairs of those
-single-process repeats spread a median 2.0% taking the faster against 2.8% for their
-geometric mean. ``keep="median"`` takes the median process (:func:`middle`: with an even count
-the geometric mean of the middle two), which with 3 or more also leaves out one that ran fast.
-``keep="drift_fit"`` combines every process (the geometric mean, as ``"median"`` does with
-two) and re-does their drift correction at the slope they show together: how much of the drift
-reference's move between the processes this configuration felt
-(:func:`~cubicml_lab.timing.figures.own_drift_slope`, shrunk towards the full correction where
-the references read alike; ``drift_slope`` records it). The full correction of one reference
-(``DRIFT_EXPONENT``) fits a configuration that feels the machine's moves as the reference does;
-one that feels less of them (on a 2-core Zen 5 VM, 2026-11-28, dlrm's embedding-bound
-configurations, slopes 0.56-0.78 across repeats) came out too fast from a process run while the
-reference read slow, and ``"fastest"`` then kept exactly that process: dlrm's 4,096 batches
-with sparse gradients spread 17.5% across 5 repeats so, and 3.4% replayed at each trial's own
-slope. It is the demo's rule (:data:`~cubicml_lab.demo.DEMO_KEEP` has the rest).
-Where a trial's processes read their references alike (a whole trial run while the machine was
-slow, or fast), they cannot tell its slope, and the full correction over- or under-corrects a
-configuration that feels less of the move. So a ``Repeated`` launcher pools what its earlier
-trials showed: configurations of one workload gauged by the same reference
-(``hardware["drift_reference"]``) feel the machine alike, so their
-:func:`~cubicml_lab.timing.figures.drift_slope_sums` add up
-(:class:`~cubicml_lab.timing.figures.DriftSlopePool`), and the slope they give is the mean
-of the next trial's prior instead of ``DRIFT_EXPONENT`` (``drift_slope_prior`` records it; the
-pool lives as long as the launcher, one campaign's). On the Zen 5 VM (2026-11-29), over the
-trials of 5 runs of ``benchmarks/measure_repeatability.py --processes 2 --whole-budget`` (5
-repeats of 10 configurations), replayed in run order where they ran before it, a stored figure
-lay a standard deviation of 1.31% from its configuration's mean so, against 1.72% at each
-trial's own slope and 2.96% keeping the faster process (configurations of 20 ms or more); the
-pooled slopes of the first 3 runs were 1.07-1.16 for gpt in fp32, 0.59-0.71 in bf16 and
-0.56-0.82 for dlrm.
+Which processes a trial's figures come from (``keep``, :data:`KEEP`):
+
+* ``"fastest"``: the process with the highest figure. What disturbs a process adds time, so
+  the fastest is the least disturbed (Chen and Revels, "Robust benchmarking in noisy
+  environments", 2016); but where the drift reference moved between the processes, the
+  fastest is also the one corrected most.
+* ``"median"``: the median process (:func:`middle`: with an even count the geometric mean of
+  the middle two), which with 3 or more also leaves out one that ran fast.
+* ``"drift_fit"`` (the default): every process (the geometric mean), their drift correction
+  re-done at the slope they show together: how much of the drift reference's move between the
+  processes this configuration felt (:func:`~cubicml_lab.hardware.drift.own_drift_fit`, shrunk
+  towards the full correction ``DRIFT_EXPONENT`` where the references read alike;
+  ``drift_slope`` records it). The full correction fits a configuration that feels the
+  machine's moves as the reference does; one that feels less of them would come out too fast
+  from a process run while the reference read slow. Where a trial's processes read their
+  references alike they cannot tell its slope, so a ``Repeated`` launcher pools what its
+  earlier trials showed: configurations of one workload gauged by the same reference
+  (``hardware["drift_reference"]``) feel the machine alike, so their
+  :func:`~cubicml_lab.hardware.drift.drift_slope_sums` add up
+  (:class:`~cubicml_lab.hardware.drift.DriftSlopePool`), and the slope they give is the mean
+  of the next trial's prior instead of ``DRIFT_EXPONENT`` (``drift_slope_prior`` records it;
+  the pool lives as long as the launcher, one campaign's).
+
 Every rate and per-step figure (``throughput`` and its ``_raw`` and ``_corrected`` forms, step
 times, the reference speed, ...) comes from the kept processes, so ratios between figures stay
 as they were, and the contention flag and the worst waits are the largest of theirs. Over every
 process: counts and seconds are summed and peak memory is the largest. A relative CI is the
-kept process's (``"fastest"``) or that of the mean of all of them (``"median"``:
+kept process's (``"fastest"``) or that of the mean of all of them (otherwise:
 ``sqrt(sum ci^2) / n``; the median's precision is about the mean's). ``process_spread`` is
 (max - min) / the combined ``throughput``, and ``hardware["processes"]`` lists each process's
 figure, its CI, raw figure, reference speed, contention flag, pid and whether it was kept.
 A process that does not finish ok (OOM, crash, timeout) ends the trial there with its status
 and error: a configuration that fails in one process of two is not a configuration to trust.
 A trial whose steps are too long for its budget to be split (a process's ``min_steps`` alone
-took longer than its ``max_time_s``; :func:`steps_too_long`) runs in no further process: on that
-VM gpt's bf16 configuration (2.3-s steps, 10 s of budget) took 44 s a trial in 2 processes, each
-paying about 7 s to start (torch and its compiler stack import) and 3 minimum steps, and 16-18 s
-in one (``skip_long_steps=False`` runs them all).
+took longer than its ``max_time_s``; :func:`steps_too_long`) runs in no further process, since
+each would pay its start (torch's import), warm-up and minimum steps again
+(``skip_long_steps=False`` runs them all). The measurements behind these rules are in
+``docs/results.md``.
 
 Example:
     >>> from cubicml_lab.launch import Repeated, Subprocess
-    >>> Repeated(Subprocess(timeout_s=120), processes=2).describe()["keep"]
-    'fastest'
+    >>> Repeated(Subprocess(timeout_s=120)).describe()["keep"]  # the policy's rule
+    'drift_fit'
 """
 
 from __future__ import annotations
@@ -94,7 +71,8 @@ from dataclasses import asdict, replace
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
-from ..timing.figures import DriftSlopePool
+from ..hardware.drift import DRIFT_EXPONENT, DriftSlopePool, own_drift_fit, rescale_figures
+from ..timing.policy import COMBINE, PROCESSES, SHARE_BUDGET
 from .base import Launcher, check_spec
 
 if TYPE_CHECKING:
@@ -125,13 +103,15 @@ class Repeated(Launcher):
         launcher: Where each process runs; default a :class:`~cubicml_lab.launch.Subprocess`.
             An :class:`~cubicml_lab.launch.InProcess` launcher is refused: its runs would share
             one process, which is what this is to avoid.
-        processes: Fresh processes per trial (>= 1; 1 runs the trial as ``launcher`` would).
+        processes: Fresh processes per trial (>= 1; 1 runs the trial as ``launcher`` would);
+            default :data:`~cubicml_lab.timing.policy.PROCESSES` (2).
         share_budget: Divide the trial's timing budget among the processes
-            (:func:`share_of_budget`); False gives each process the whole budget, at about
-            ``processes`` times the cost, where a share would leave each process too few
-            steps for a steady figure.
-        keep: ``"fastest"`` (keep the figures of the process with the highest throughput) or
-            ``"median"`` (module doc).
+            (:func:`share_of_budget`); False (the default,
+            :data:`~cubicml_lab.timing.policy.SHARE_BUDGET`) gives each process the whole
+            budget, at about ``processes`` times the cost, where a share would leave each
+            process too few steps for a steady figure.
+        keep: ``"drift_fit"`` (the default, :data:`~cubicml_lab.timing.policy.COMBINE`),
+            ``"fastest"`` or ``"median"`` (:data:`KEEP`, module doc).
         skip_long_steps: Start no further process once one's minimum steps alone took longer
             than its timing budget (``min_steps`` x its step time > ``max_time_s``): such steps
             are too long for the budget to be split, and each further process would add its
@@ -143,8 +123,8 @@ class Repeated(Launcher):
             of launcher, or ``keep`` is not one of :data:`KEEP`.
     """
 
-    def __init__(self, launcher: Launcher | None = None, processes: int = 2,
-                 share_budget: bool = True, keep: str = "fastest",
+    def __init__(self, launcher: Launcher | None = None, processes: int = PROCESSES,
+                 share_budget: bool = SHARE_BUDGET, keep: str = COMBINE,
                  skip_long_steps: bool = True) -> None:
         from .inprocess import InProcess
         from .subprocess import Subprocess
@@ -362,26 +342,17 @@ def _at_own_drift_slope(metrics: dict[str, float], each: list[dict[str, float]],
                         prior: float | None = None) -> None:
     """``keep="drift_fit"``: the combined figures (geometric means of every process's, whose
     drift-corrected ones each took all of its reference's move) re-corrected at the trial's
-    own drift slope (:func:`~cubicml_lab.timing.figures.own_drift_fit`, from the processes'
+    own drift slope (:func:`~cubicml_lab.hardware.drift.own_drift_fit`, from the processes'
     raw figures and references, with a prior of mean ``prior``, default ``DRIFT_EXPONENT``),
     which ``drift_slope`` records, and the prior's mean ``drift_slope_prior``; as they are (no
     ``drift_slope``) where a process was flagged or lacks a corrected figure."""
-    from ..timing.figures import DRIFT_EXPONENT, own_drift_fit
-
     prior = DRIFT_EXPONENT if prior is None else prior
     fit = own_drift_fit([float(m.get("throughput_raw", math.nan)) for m in each],
                         [float(m.get("throughput_corrected", math.nan)) for m in each], prior)
     if fit is None or any(float(m.get("contended", 0.0)) > 0 for m in each):
         return
     slope, factor = fit
-    rates, times = ["throughput_corrected"], ["step_time_corrected_s"]
-    if metrics.get("drift_corrected") == 1.0:  # the default figures are the corrected ones
-        rates += ["throughput", "throughput_per_device", "achieved_tflops", "mfu",
-                  *(k for k in metrics if k.endswith(("_per_s", "_per_s_per_device")))]
-        times.append("step_time_s")
-    for name in rates + times:
-        if name in metrics:
-            metrics[name] = metrics[name] * factor if name in rates else metrics[name] / factor
+    rescale_figures(metrics, factor, default_corrected=metrics.get("drift_corrected") == 1.0)
     metrics["drift_slope"], metrics["drift_slope_prior"] = slope, prior
 
 
@@ -395,10 +366,10 @@ def every(figures: list[float]) -> list[int]:
     return list(range(len(figures)))
 
 
-#: How :func:`combine` picks the processes whose figures a trial keeps: ``"fastest"`` (the
-#: default) the one with the highest ``throughput``, ``"median"`` the middle one or two
+#: How :func:`combine` picks the processes whose figures a trial keeps: ``"fastest"`` the one
+#: with the highest ``throughput``, ``"median"`` the middle one or two
 #: (:func:`middle`), ``"drift_fit"`` every one, their drift correction re-done at the slope
-#: the trial's own processes show (:func:`_at_own_drift_slope`). See the module doc for what
-#: each was measured to do.
+#: the trial's own processes show (:func:`_at_own_drift_slope`; the policy's rule,
+#: :data:`~cubicml_lab.timing.policy.COMBINE`). See the module doc for what each does.
 KEEP: dict[str, Callable[[list[float]], list[int]]] = {"fastest": fastest, "median": middle,
                                                        "drift_fit": every}

@@ -249,21 +249,10 @@ def _mlp_precision(precision: Any) -> str:
 def _corrects(reference: Any, precision: str) -> bool:
     """Whether a trial whose matmuls run in ``precision`` takes its drift-corrected figure as
     its default one (:data:`~cubicml_lab.timing.DRIFT_CORRECTED_DEFAULT`): only over a
-    reference that runs in the same precision. On a 2-core AVX2 VM (2026-11-27, 3 runs of
-    ``benchmarks/measure_repeatability.py``, 5 fresh processes each), gpt's bf16 configuration
-    spread 3.1%, 8.4% and 4.6% raw but 4.6%, 14.6% and 10.8% over the fp32 reference, whose
-    drift it followed with a slope of -0.24 to 0.31; ``throughput_corrected`` is still stored.
-    Until 2026-11-28 the MLP ran in fp32 only, so bf16 trials kept their raw figures. On a
-    2-core VM whose CPU has bf16 instructions (AMD EPYC with AVX512_BF16), that cost them: a
-    demo trial's two fresh processes lay a median 9.6% apart raw, 2.8% over their fp32
-    reference (16 bf16 trials). Over the MLP in bf16 (:func:`_mlp_precision`), 4 bf16 gpt
-    configurations x 5 fresh processes, interleaved with the code before, spread a median
-    2.4% (1.1-3.8%) against 7.2% raw (5.5-19.3%) and 4.0% over the fp32 reference
-    (``benchmarks/ab_revisions.py --configs``). In 4 demo campaigns interleaved with 4 of the code
-    before (``benchmarks/ab_revisions.py --demo 4``), a bf16 configuration measured in 3 or
-    more of them varied less across them (standard deviation of the log figure 2.2% against
-    3.0% raw, lower for 7 of 8), but the leave-one-out tau did not rise: 0.848, 0.733, 0.758,
-    0.745 against 0.818, 0.818, 0.758, 0.939, its top configurations lying 1-3% apart.
+    reference that runs in the same precision. Over another precision's reference a
+    figure spreads more than raw (the reference does not follow it);
+    ``throughput_corrected`` is still stored. The MLP reference runs in bf16 too
+    (:func:`_mlp_precision`), so bf16 trials are corrected over one of their own precision.
     """
     from ..timing import DRIFT_CORRECTED_DEFAULT
 

@@ -203,22 +203,14 @@ def set_thread_waiting(env: dict[str, str] | None = None) -> dict[str, str]:
     default) before they sleep. On a machine that other processes share, the spinning threads
     take the cores from the threads that have work, and a step slows down many times over
     instead of by the share the others take. ``GOMP_SPINCOUNT`` bounds the spinning
-    (``KMP_BLOCKTIME`` does the same for Intel's OpenMP). Measured on a 2-core VM
-    (``benchmarks/measure_repeatability.py --compare-wait --repeats 2``; step time idle, then
-    beside one busy process per core): gpt defaults, libgomp's default 28.5 ms / 1374 ms
-    (48x), 10k polls 28.9 / 167 ms (5.8x), 1k polls 29.2 / 76 ms (2.6x); dlrm at batch 4096,
-    10k polls 16.7 / 96 ms, 1k polls 16.9 / 31 ms (1.8x), ``OMP_WAIT_POLICY=PASSIVE`` 21.4 / 26
-    ms (passive costs 27% idle). 1k polls costs 1-2% idle and degrades by about the share the
-    others take. A variable already set in ``env``
+    (``KMP_BLOCKTIME`` does the same for Intel's OpenMP). 1k polls (the value set) costs
+    1-2% of an idle step and degrades by about the share the others take. A variable already
+    set in ``env``
     (default ``os.environ``: e.g. ``Subprocess(env={"OMP_WAIT_POLICY": "ACTIVE"})``) is left
     alone, and so is everything when ``OMP_WAIT_POLICY`` is set.
 
-    Thread pinning (``OMP_PROC_BIND=true``: each OpenMP thread bound to one core) was tried and
-    is not set (2026-11-26, 2-core VM, interleaved A/B of 10 configurations x 4 fresh processes,
-    ``benchmarks/ab_revisions.py --work-env OMP_PROC_BIND=true``): throughput 0-2% lower, the
-    spread across processes a median 3.7% against 4.5% unpinned but 4 of 10 configurations within
-    3% either way, some better and some worse. A pinned thread also cannot move off a core that
-    another process takes (not measured under load here).
+    Threads are not pinned (``OMP_PROC_BIND``): pinning did not steady the figures, and a
+    pinned thread cannot move off a core that another process takes.
     """
     env = os.environ if env is None else env
     if "OMP_WAIT_POLICY" in env:
@@ -244,20 +236,11 @@ def fix_address_layout(argv: list[str] | None = None) -> bool:
 
     Why: where libraries, heap and thread stacks land moves a CPU step's speed by a few percent
     from one fresh process to the next (address-indexed predictors and caches), and a
-    measurement is one process. On a 2-core AMD EPYC VM (2026-11-27,
-    ``benchmarks/ab_revisions.py --base HEAD --work-python W``, W a script that runs ``setarch
-    -R python``; the 10 configurations of ``measure_repeatability.py``, each measured both ways
-    in turn), the spread of the stored figure across fresh processes was a median 2.2% against
-    4.0% (4 repeats; 8 configurations lower, 2 higher) and 2.8% against 3.0% (5 repeats; 6
-    lower, 3 higher, one alike; 12.7 s per measurement against 12.3). Some configurations still
-    fall on two levels 5-8% apart (physical pages are placed as before). What it does not do:
-    make a figure the mean over layouts. It is one layout's, the same in every process of this
-    code on this machine, so a configuration that layout happens to favour keeps its few
-    percent (gpt's stored figures came out 2-5% above the randomised processes'); randomised
-    processes average that away only over repeats a campaign does not make. It did not change
-    how the demo ranks: 5 campaigns each way, interleaved (``ab_revisions.py --demo 5``), tau
-    0.929, 0.714, 0.810, 0.619, 0.905 against 0.714, 0.905, 0.810, 0.714, 1.000, the same best
-    configuration in all 10. LLVM's benchmarking tips turn
+    measurement is one process. With randomisation off the stored figure
+    spreads less across fresh processes. Some configurations still fall on two levels 5-8%
+    apart (physical pages are placed as before), and one fixed layout may favour a
+    configuration by a few percent that randomised processes would average away only over
+    repeats a campaign does not make. LLVM's benchmarking tips turn
     randomisation off for repeatability and warn of the same bias (Mytkowicz et al., "Producing
     Wrong Data Without Doing Anything Obviously Wrong!", ASPLOS 2009)."""
     from ..hardware.machine import address_layout

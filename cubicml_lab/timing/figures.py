@@ -6,10 +6,24 @@ the contention guard and the drift reference saw). Importing this module imports
 from __future__ import annotations
 
 import math
-import threading
-from collections.abc import Hashable
 from dataclasses import dataclass, field
 from functools import lru_cache
+
+# Drift arithmetic has one home, cubicml_lab.hardware.drift; these names are re-exported for
+# callers that import them from here.
+from ..hardware.drift import (
+    DRIFT_BOUNDS,
+    DRIFT_EXPONENT,
+    DRIFT_PRIOR_SD,
+    REPEAT_LOG_SD,
+    DriftSlopePool,
+    corrected_step_time,
+    drift_shifts,
+    drift_slope_sums,
+    own_drift_fit,
+    own_drift_slope,
+    posterior_slope,
+)
 
 __all__ = ["CONTENDED_LOG_VAR", "DRIFT_BOUNDS", "DRIFT_CORRECTED_DEFAULT", "DRIFT_EXPONENT",
            "DRIFT_PRIOR_SD", "REPEAT_LOG_SD", "DriftSlopePool", "Timing", "UNTRUSTED_LOG_VAR",
@@ -136,61 +150,12 @@ class Timing:
     idle: dict[str, float] = field(default_factory=dict)
 
 
-#: Repeat-to-repeat noise of a clean CPU figure that its own windows cannot see, as a
-#: standard deviation of its log. ``benchmarks/measure_repeatability.py`` on an idle 2-core VM,
-#: 10 configs x 5 fresh processes: raw 1.9% on a steady host (corrected 1.4%), 6.9% while the
-#: host's speed drifted by 25% (corrected 3.6%).
-REPEAT_LOG_SD = 0.025
-#: How much of the reference's drift the corrected figure takes out: ``throughput_corrected =
-#: raw * (nominal / reference_speed) ** DRIFT_EXPONENT``; 1.0, all of it, since the reference has
-#: about the trial's rows per matmul (:func:`~cubicml_lab.hardware.reference_rows`).
-#: With one fixed 256-row reference, regressing log raw throughput on log reference speed over
-#: fresh-process repeats gave slopes 0.66-0.76 on a 2-core VM (the workloads drifted less than the
-#: reference), and 0.7 was chosen. With the reference sized to the trial, on another 2-core VM whose
-#: raw figures spread 17% across repeats: leave-one-out Kendall tau of 5 demo campaigns (stores
-#: rescored, the same trials) 0.788, 0.636, 0.667, 0.879, 0.909 at 1.0 against 0.697, 0.606,
-#: 0.513, 0.727, 0.636 at 0.7 (and 0.758 against 0.606 in one run with the 256-row reference; over
-#: all 6, means 0.773 and 0.631; 0.85: 0.733, 1.2: 0.756, raw 0.429);
-#: ``benchmarks/measure_repeatability.py`` (10 configs x 5 fresh processes) median spread 11.5% at
-#: 1.0, 12.2% at 0.7, raw 17.2%, smaller at 1.0 for 7 of 10 configs. What one exponent cannot take
-#: out: how much a configuration feels the drift is still partly its own (slopes 0.33-1.53 in that
-#: run). Nor is it one figure per machine (2026-11-26, a 2-core AVX2-only EPYC VM, 6 demo
-#: campaigns, 41 trials of configurations measured in more than one campaign): their log raw
-#: figures followed their log reference speed with a slope of 0.62 (correlation 0.92; residual
-#: spread 1.5% at 0.5, 2.4% at 1.0, 3.5% raw); two trials whose reference read 20-22% slow while
-#: they ran 12-13% slow came out 9-12% too fast and ranked their campaigns at 0.43 and 0.24
-#: (rescored at 0.6: 0.91 and 0.91, 6 of 6 at 0.8 or more against 4 of 6). But the slope was 0.89
-#: over the first three campaigns and 0.53 over the last three, so an exponent learned from earlier
-#: trials would not have saved the later ones; and within a trial the windows against their
-#: neighbouring reference samples gave no usable slope (16 trials: per trial -6.7 to 12.3 with the
-#: sample before a window as instrument, 0.80 pooled by least squares, 1.59 by the instrument).
-#: Nor does trusting a large reading less help (2026-11-28): over 174 repeats of three
-#: measure_repeatability runs, log raw followed log reference (each from its configuration's
-#: median) with a slope of about 1 up to 20% off and 0.57 beyond (6 repeats); a correction
-#: taking a reference's distance from the machine's usual speed in full up to 10% and half
-#: beyond cut the worst spread of 40 configurations there from 26.9% to 13.7% but raised the
-#: median (5.4% to 5.8%), and replayed on the four trace sets of ``data/`` (their recorded
-#: usual speeds) it spread more in all four (medians 9.8, 9.3, 15.1, 10.6% against 9.5, 5.7,
-#: 10.6, 9.4%).
-DRIFT_EXPONENT = 1.0
-#: Standard deviation of the normal prior (mean :data:`DRIFT_EXPONENT`) on a drift slope learned
-#: from data: a search's (``cubicml_lab.search.bayesian.learn_drift``) and a trial's own, from its
-#: fresh processes (:func:`own_drift_slope`).
-DRIFT_PRIOR_SD = 0.5
-#: A learned drift slope is kept within these bounds (0: raw figures; 2: twice the reference's).
-DRIFT_BOUNDS = (0.0, 2.0)
 #: Whether the default figure (``throughput``, the searchers' default objective) is the
-#: drift-corrected one (``throughput_corrected``) or the raw one (``throughput_raw``).
-#: Corrected, measured on a 2-core VM: over 15 demo campaigns (stores scored both ways) the
-#: leave-one-out Kendall tau was higher on the corrected figure in 9 (mean 0.61 against raw
-#: 0.58; on the idle machine 0.71, 0.85, 0.39, 0.50 against 0.69, 0.67, 0.41, 0.43); over six
-#: runs of ``benchmarks/measure_repeatability.py`` (10 configs x 5 fresh processes) the median
-#: spread of a config across repeats was smaller corrected in five (idle: 3.2% against 3.6%,
-#: 5 of 9 configs within 3% against 2; while the host's or other sessions' load drifted: 7.8%
-#: against 18%, 10.3% against 25%; the exception 10.5% against 5.6%). The tau between repeats,
-#: where drift hits all configs of a round alike, was a draw (each won one run of dlrm).
-#: A trial keeps its raw figure as the default when its reference runs in another precision than
-#: its own matmuls (``cubicml_lab.trials._corrects``): the MLP reference comes in fp32 and bf16.
+#: drift-corrected one (``throughput_corrected``) or the raw one (``throughput_raw``):
+#: corrected, because it ranks configurations at least as well and spreads less across repeats
+#: (``docs/results.md``). A trial keeps its raw figure as the default when its reference runs
+#: in another precision than its own matmuls (``cubicml_lab.launch.runner._corrects``): the
+#: MLP reference comes in fp32 and bf16.
 DRIFT_CORRECTED_DEFAULT = True
 #: Log-variance given to a flagged (contended) figure: its clean windows were too few.
 CONTENDED_LOG_VAR = 0.05
@@ -221,130 +186,6 @@ def guard_metrics(timing: Timing) -> dict[str, float]:
                 f.get("cpu_steal", math.nan))), default=math.nan)}
 
 
-def drift_slope_sums(raw: list[float], shift: list[float]) -> tuple[float, float]:
-    """What one trial's processes say of its drift slope: ``(sxx, sxy)``, the sums of squares
-    and cross-products about their means of ``shift_i`` and ``log raw_i`` (see
-    :func:`own_drift_slope`). Sums from trials that share a slope add up; a trial whose
-    processes' references read alike adds ``sxx`` near 0: nothing.
-
-    Example:
-        >>> [round(x, 4) for x in drift_slope_sums([100.0, 130.0], [0.4, 0.0])]
-        [0.08, -0.0525]
-    """
-    n = len(raw)
-    ms, my = sum(shift) / n, sum(math.log(r) for r in raw) / n
-    return (sum((x - ms) ** 2 for x in shift),
-            sum((x - ms) * (math.log(r) - my) for x, r in zip(shift, raw)))
-
-
-def posterior_slope(sxx: float, sxy: float, prior_mean: float = DRIFT_EXPONENT) -> float:
-    """The slope ``b`` of ``log raw = a - b * shift`` that :func:`drift_slope_sums` ``(sxx,
-    sxy)`` give: its posterior mean under a normal prior of mean ``prior_mean`` and sd
-    :data:`DRIFT_PRIOR_SD`, each log figure carrying :data:`REPEAT_LOG_SD` of noise of its own;
-    within :data:`DRIFT_BOUNDS`.
-
-    Example:
-        >>> round(posterior_slope(0.0, 0.0, prior_mean=0.6), 3)  # no evidence: the prior
-        0.6
-    """
-    noise, prior = REPEAT_LOG_SD**2, DRIFT_PRIOR_SD**2
-    b = (-sxy / noise + prior_mean / prior) / (sxx / noise + 1.0 / prior)
-    return min(max(b, DRIFT_BOUNDS[0]), DRIFT_BOUNDS[1])
-
-
-def own_drift_slope(raw: list[float], shift: list[float],
-                    prior_mean: float = DRIFT_EXPONENT) -> float:
-    """How much of the drift reference's moves one configuration feels, from its repeats in
-    fresh processes: the slope ``b`` of ``log raw_i = a - b * shift_i`` (``raw_i`` a process's
-    raw figure, ``shift_i`` its ``log(nominal / reference speed)``), :func:`posterior_slope` of
-    their :func:`drift_slope_sums`, with a prior of mean ``prior_mean`` (default
-    :data:`DRIFT_EXPONENT`: the full correction). Processes whose references read alike say
-    little and leave it near the prior; two whose references were 30% apart set it.
-
-    Example:
-        >>> round(own_drift_slope([100.0, 100.0], [0.0, 0.0]), 3)  # no move: the prior's mean
-        1.0
-        >>> round(own_drift_slope([100.0, 130.0], [0.4, 0.0]), 3)  # 0.4 of reference, 0.26 felt
-        0.666
-    """
-    return posterior_slope(*drift_slope_sums(raw, shift), prior_mean=prior_mean)
-
-
-def drift_shifts(raw: list[float], corrected: list[float]) -> list[float] | None:
-    """Each process's shift ``log(corrected / raw)`` over :data:`DRIFT_EXPONENT` (its
-    correction's ``log(nominal / reference speed)``); None where a figure is missing, NaN or not
-    positive."""
-    if not all(isinstance(x, (int, float)) and math.isfinite(x) and x > 0
-               for x in [*raw, *corrected]):
-        return None
-    return [math.log(c / r) / DRIFT_EXPONENT for c, r in zip(corrected, raw)]
-
-
-def own_drift_fit(raw: list[float], corrected: list[float],
-                  prior_mean: float = DRIFT_EXPONENT) -> tuple[float, float] | None:
-    """A trial's processes re-corrected at their own drift slope: ``(slope, factor)``, the
-    slope (:func:`own_drift_slope` of their :func:`drift_shifts`, with a prior of mean
-    ``prior_mean``) and the factor that takes the geometric mean of the ``corrected`` figures
-    (each with all of its reference's move out) to that of the raw figures corrected at the
-    slope; None where a figure is missing, NaN or not positive.
-
-    Example:
-        >>> slope, factor = own_drift_fit([100.0, 130.0], [100.0 * math.exp(0.4), 130.0])
-        >>> round(slope, 3), round(factor, 3)
-        (0.666, 0.935)
-    """
-    shift = drift_shifts(raw, corrected)
-    if shift is None:
-        return None
-    slope = own_drift_slope(raw, shift, prior_mean)
-    return slope, math.exp((slope - DRIFT_EXPONENT) * sum(shift) / len(shift))
-
-
-class DriftSlopePool:
-    """The drift-slope evidence of earlier trials, pooled by key (``Repeated`` keys it by
-    workload and drift reference, whose configurations feel the machine alike): each trial
-    adds its processes' :func:`drift_slope_sums`, and :meth:`prior` is the slope they give
-    together, the mean of the next trial's prior. Safe to share between threads.
-
-    Example:
-        >>> pool = DriftSlopePool()
-        >>> pool.prior("gpt") is None
-        True
-        >>> pool.add("gpt", [100.0, 130.0], [100.0 * math.exp(0.4), 130.0])
-        >>> round(pool.prior("gpt"), 3)
-        0.666
-    """
-
-    def __init__(self) -> None:
-        self._sums: dict[Hashable, tuple[float, float]] = {}
-        self._lock = threading.Lock()
-
-    def prior(self, key: Hashable) -> float | None:
-        """The slope the trials under ``key`` showed together; None before the first."""
-        with self._lock:
-            sums = self._sums.get(key)
-        return None if sums is None else posterior_slope(*sums)
-
-    def add(self, key: Hashable, raw: list[float], corrected: list[float]) -> None:
-        """Add one trial's processes (raw and corrected figures); nothing where a figure is
-        missing, NaN or not positive (:func:`drift_shifts`)."""
-        shift = drift_shifts(raw, corrected)
-        if shift is None:
-            return
-        sxx, sxy = drift_slope_sums(raw, shift)
-        with self._lock:
-            old = self._sums.get(key, (0.0, 0.0))
-            self._sums[key] = (old[0] + sxx, old[1] + sxy)
-
-    def slopes(self) -> dict[Hashable, float]:
-        """The slope each key's trials showed so far."""
-        with self._lock:
-            return {key: posterior_slope(*sums) for key, sums in self._sums.items()}
-
-    def __repr__(self) -> str:
-        return f"DriftSlopePool({ {k: round(v, 3) for k, v in self.slopes().items()} })"
-
-
 def reference_metrics(timing: Timing) -> dict[str, float]:
     """The drift reference: ``reference_speed`` (reference steps/s, median of the samples
     behind the figure), ``reference_step_s``, ``reference_rel_spread`` (IQR / median),
@@ -372,14 +213,8 @@ def reference_metrics(timing: Timing) -> dict[str, float]:
 def _rel_ci(timing: Timing, corrected: bool) -> float:
     """95% CI half-width over the figure: the windows' (:func:`spread_rel_ci`), combined with
     the reference samples' when the figure is drift-corrected; NaN where either is unknown.
-
-    Tried and not kept (2026-11-26): when the speed-state gate gave up (windows off the usual
-    speed kept), also combining the distance ``|log(reference_speed / reference_usual)|`` (7-25%
-    in such trials, whose CI read 1-30%), so that the search would treat them as noisy. Rescored
-    on the 5 stored demo campaigns that had such trials (1-5 of 12 each), the GP given each
-    trial's CI as noise ranked them by leave-one-out no better: Kendall tau with the demo's prior
-    0.818, 0.848, 0.848, 0.788, 0.788 as is, 0.758, 0.818, 0.848, 0.788, 0.788 with it.
-    """
+    A trial's distance from the machine's usual speed is not added: it did not help the
+    search rank trials (``docs/results.md``)."""
     ci = spread_rel_ci(timing.step_times_s)
     if corrected:  # NaN (unknown) stays NaN
         ci = math.hypot(ci, DRIFT_EXPONENT * spread_rel_ci(timing.reference_times_s))
@@ -392,7 +227,7 @@ def _per_window_corrected(timing: Timing, nominal: float | None) -> list[float]:
     refs = timing.window_reference_s
     if not nominal or not refs or len(refs) != len(timing.step_times_s):
         return []
-    return sorted(t * (1.0 / (r * nominal)) ** DRIFT_EXPONENT
+    return sorted(corrected_step_time(t, 1.0 / (r * nominal))
                   for t, r in zip(timing.step_times_s, refs))
 
 
@@ -470,7 +305,7 @@ def summarize(timing: Timing, units_per_step: float, flops_per_step: float,
     if per_window:
         t_corr = quantile(per_window, 0.5)
     elif can_correct:
-        t_corr = t_raw * (ref["reference_speed"] / reference_nominal) ** DRIFT_EXPONENT
+        t_corr = corrected_step_time(t_raw, ref["reference_speed"] / reference_nominal)
     corrected = drift_corrected and can_correct
     t = t_corr if corrected else t_raw
     throughput = units_per_step / t if t > 0 else math.nan

@@ -15,7 +15,8 @@ from typing import Any, Protocol
 
 from ..errors import MeasurementError
 from ..hardware import MAX_CPU_WAIT, wait_for_idle
-from .figures import DRIFT_EXPONENT, Timing, median_rel_ci, quantile
+from ..hardware.drift import corrected_step_time
+from .figures import Timing, median_rel_ci, quantile
 
 __all__ = ["MAX_IDLE_WAIT_S", "CudaEventTimer", "MeasureOptions", "StepTimer", "WindowGuard",
            "make_timer", "time_steps"]
@@ -46,9 +47,8 @@ class MeasureOptions:
         warmup_max_steps: Warm-up steps at most.
         warmup_max_s: Warm-up budget in seconds (ends it once ``warmup_min_steps`` ran);
             ``None`` (the default): half of ``max_time_s``, at most 20 s, so that a long
-            step's warm-up does not cost more than its timing: on a 2-core VM gpt's bf16 steps
-            of 2.2 s ran within 3% of each other from the first on, and waiting for 3 of them
-            to agree took 4 steps, 9 s, where the timed phase had 5 s.
+            step's warm-up does not cost more than its timing (a step of seconds runs steady from
+            the first, but 3 of them must agree before the warm-up ends).
         settle_rel: Warm-up ends when the last 3 step times (not counting the first step) are
             within this fraction of their median.
         window_min_s: Seconds a timed window lasts at least; steps are grouped so, and the
@@ -101,62 +101,17 @@ class MeasureOptions:
     max_cpu_wait: float = MAX_CPU_WAIT
     contended_budget: float = 0.5
     reference_share: float = 0.10
-    # Tried and not kept (2026-11-26, 2-core VM): stopping on the stored figure's CI (the
-    # windows' combined with the reference median's) and sampling the reference after every
-    # window while its CI was the larger part. Interleaved with this rule in 4 fresh-process
-    # repeats of the 10 configs of ``benchmarks/measure_repeatability.py``: twice the reference
-    # samples (median 67 against 33), stored CI median 1.9% against 2.6%, but the spread across
-    # repeats did not shrink (median 5.2% against 4.8%, 2 of 10 configs within 3% against 3) and
-    # a measurement took 19.2 s against 13.4 s. What moves a figure between processes is not the
-    # reference median's sampling noise.
-    # Also tried and not kept (same day): ending the gate's wait after half of max_time_s of
-    # set-aside windows when every reference sample since the last usual one agreed with the
-    # others (a process settled in a state of its own, as some fresh processes' 512-row reference
-    # was, 20% off the usual for their whole life). Interleaved A/B (10 configs x 4 repeats):
-    # 10.6 s per measurement against 11.7, spread 2.6% against 2.5%; but 5 demo runs after it
-    # gave a tau of 0.727-0.848 (2 of 5 at 0.8 or more) against 0.758-0.939 (4 of 5) an hour
-    # before without it, not interleaved: too little gained for a risk to the demo's trials,
-    # whose 3 s budget would have cut the wait to 1.5 s.
-    # The speed-state gate (off by default since 2026-11-26: see drift_per_window), measured on
-    # a 2-core VM whose reference step ran at about 255 steps/s and for seconds to minutes at
-    # about 200 or 280 (another tenant, unseen): with it,
-    # ``benchmarks/measure_repeatability.py`` (10 configs x 5 fresh processes) gave a median
-    # spread across repeats of 2.2% and 2.2% (7 of 10 and 8 of 9 configs within 3%; 216 and 387
-    # windows set aside in 13 and 18 of 50 trials; 4.8 s per measurement, at most 21.9); without
-    # it, on the same machine with the slow state in 19 of 50 trials, 6.0% (0 of 9), and 3.5-4.1%
-    # in earlier runs (its ``max_time_s`` 10: 20 s of waiting at most; with 8 s, slow states
-    # outlasted the wait in 3 of 5 demo campaigns). On a VM whose speed wandered by up to 2x
-    # rather than switching between states, the gate waited its whole budget in most trials (demo
-    # campaigns 127-163 s, ~100 s without it) and still paid: 5 demo runs gave a leave-one-out
-    # tau of 0.59-0.88 and one best configuration in 4, without it 0.17-0.67 and 4 different ones.
+    # Timing stops on the windows' CI alone, not the stored figure's (the windows' combined
+    # with the reference median's): what moves a figure between processes is not the reference
+    # median's sampling noise. The gate never ends its wait early (docs/results.md).
+    # The speed-state gate is off (drift_tol 0): each window corrected by its own neighbouring
+    # reference samples (drift_per_window) spreads as little across repeats in less time.
     drift_tol: float = 0.0
-    # The budget bounds the whole timed phase (2026-11-26; before, it counted only set-aside
-    # windows, on top of up to max_time_s of kept ones). Interleaved on a 2-core VM: 10 configs x
-    # 4 fresh processes at max_time_s 10, at most 25.1 s per measurement against 37.3 s, spread
-    # alike over 3 of the 4 repeats (3.3% against 3.1%). The 5 + 5 demo campaigns interleaved
-    # with it (tau 0.818-0.939 against 0.545-0.788) were no A/B: the old arm's trials imported
-    # the new code (found 2026-11-26, ``benchmarks/ab_revisions.py --demo`` fixes it), so they
-    # show how far 5 demo taus of one code move between two interleaved sets.
+    # drift_budget bounds the whole timed phase, kept and set-aside windows together.
     drift_budget: float = 2.0
-    # Replayed on recorded traces (2026-11-26: ``benchmarks/gate_replay.py``, every rule fed the
-    # same clock readings of 50 and 40 trials on a wandering 2-core VM), the gate as it was then:
-    # median spread 9.7% and 7.2%, 15.9% and 10.6% without it, 11.5% and 10.2% with drift_budget
-    # 3, 10.8% and 8.0% with 1.5, 8.0% and 7.5% with drift_tol 0.05 (15.5 s against 12.9 s).
-    # Each window corrected by its neighbours, no gate, a 1.5% target (2026-11-26, the default
-    # since): replayed on the same clock readings of 190 trials in 4 sets recorded on a 2-core
-    # VM whose speed wandered (``benchmarks/gate_replay.py``; 10 configs x 4-5 fresh processes
-    # each), the spread across repeats had a geometric mean over the 40 configurations of 8.8%,
-    # against 8.7% for the gate of before (drift_tol 0.08, budget 2, a 2% target; smaller in 24
-    # of 40), in a timed phase of 6.4 s against 10.5 s (at most 15.9 s against 22.2). At 2% it
-    # stopped at 4.4 s and spread 9.7%, at 1% 8.7% in 9.1 s: below about 8% what moves a figure
-    # on that VM is drift the reference does not see (windows at one reference speed spread by a
-    # median 4.8-12.1% across repeats), which no rule inside one trial takes out. One correction
-    # for all windows and no gate: 12.5%; the gate with each window corrected: 8.7% in 9.6 s.
-    # Live, interleaved with the gate (``benchmarks/ab_revisions.py``): 10 configs x 3 fresh
-    # processes in a calmer half hour, median spread 2.5% against 1.9% (8 of 10 within 3%
-    # against 6), 8.4 s per measurement against 9.6 (at most 16.8 against 22.2); 5 demo
-    # campaigns each (``--demo 5``), leave-one-out tau 0.879, 0.848, 0.788, 0.758, 0.848 against
-    # 0.788, 0.697, 0.758, 0.818, 0.697, the same best configuration in all 10.
+    # drift_per_window: each window corrected by the reference samples next to it, no gate, a
+    # 1.5% CI target; drift the reference does not see is left, which no rule inside one trial
+    # takes out.
     drift_per_window: bool = True
     wait_for_idle_s: float = 0.0
 
@@ -483,7 +438,7 @@ class _Windows:
             return math.inf
         if not self.per_window or not self.refs:  # no clean sample yet: the raw windows'
             return median_rel_ci(self.times)
-        return median_rel_ci([t * r ** -DRIFT_EXPONENT  # as summarize() corrects them
+        return median_rel_ci([corrected_step_time(t, 1.0 / r)  # as summarize() corrects them
                               for t, r in zip(self.times, self.window_refs())])
 
 

@@ -214,22 +214,11 @@ class DLRMWorkload(Workload):
     version = "1"
     units = "samples"
     #: Its trials' CPU drift references: dlrm steps of 256 samples with 1,000 and 20,000 rows
-    #: per table (about 13 and 30 ms a step on a 2-core VM), on one scale. A trial is gauged by
-    #: the one whose mix of memory and compute is nearest its own (:meth:`drift_reference_for`):
-    #: how a step slows as the machine drifts depends on how much of it streams the tables
-    #: through the optimizer (dense gradients update every row every step) rather than
-    #: multiplies, and a cache-sized reference does not feel what slows a memory-bound step. On
-    #: that VM (2026-11-28, 4-6 fresh processes each, alternating between the two references,
-    #: raw figures spreading 10-29%), the drift-corrected figures of the configurations the rule
-    #: sends to the large one spread 2.8%, 2.4% and 1.1% over it against 5.4%, 8.6% and 13.5%
-    #: over the small one (batch 1,024 and 512 of the default tables, batch 2,048 of 80,000 rows
-    #: a table), and of those it sends to the small one 2.2% and 6.9% over it against 9.6% and
-    #: 18.4% over the large one (sparse gradients with SGD at batch 4,096; 16 tables at 8,192).
-    #: Over three such runs (``benchmarks/dlrm_reference_ab.py``) the picked one spread least in
-    #: 9 of 11 configuration-runs: by far for those sent to the small one, by less and not
-    #: every time for those sent to the large one (5.0% against 4.9%, 2.8% against 0.5% in a
-    #: run of 3 repeats; 4.7% against 12.1%, 4.2% against 11.2% in one of 5).
-    #: A matmul-bound MLP does not follow dlrm at all
+    #: per table, on one scale. A trial is gauged by the one whose mix of memory and compute is
+    #: nearest its own (:meth:`drift_reference_for`): how a step slows as the machine drifts
+    #: depends on how much of it streams the tables through the optimizer (dense gradients
+    #: update every row every step) rather than multiplies, and a cache-sized reference does not
+    #: feel what slows a memory-bound step. A matmul-bound MLP does not follow dlrm at all
     #: (:class:`~cubicml_lab.hardware.StepReference`).
     drift_references = ({"batch_size": 256, "rows": 1000}, {"batch_size": 256, "rows": 20000})
 

@@ -118,37 +118,23 @@ def cost_terms(cfg: Mapping[str, Any]) -> list[float]:
       elementwise work runs in the activations' precision, whose cost per element is the
       machine's (converted to fp32 and back on a CPU; half the bytes on a GPU), so each
       precision gets its own weight. A fit that saw scores of one precision only weighs the
-      other's as its own (``term_units``). With one weight for both, 22 demo campaigns of a
-      2-core AVX-512 VM (2026-11-28, leave-one-out, the demo's prior) put the fp32
-      configuration of 32 sequences and 2 heads a median 11% too fast and the fp32 default
-      (8 sequences, 4 heads) 11% too slow when each was left out: the fp32 ones varied less
-      with the micro-batch and heads than the bf16 ones they borrowed those weights from.
-      Split, those campaigns ranked at a mean tau of 0.800 against 0.752 (higher in 13, lower
-      in 2; 12 against 9 at 0.8 or more), and at 0.810 (higher in 16, lower in 1; 13 at 0.8 or
-      more) once a term's weight per unit was drawn towards that of its unit's other term
-      (``GPPredictor``'s ``UNIT_PRIOR_SD``). The demo campaign of ``data/demo_trials.csv``
-      (AVX2) and the gpt sweep (AVX2; paired draws at 10 / 20 / 50 trials, mean gap +0.016 /
-      -0.004 / +0.004, 8 draws each) ranked as before, and the H100 campaign's 16
-      configurations (2 of them fp32) at 0.933 against 0.900 (leave-one-out).
+      other's as its own (``term_units``). Split, and each term's weight per unit drawn towards
+      that of its unit's other term (``GPPredictor``'s ``UNIT_PRIOR_SD``), the fp32 trials are
+      no longer priced by the bf16 ones' weights.
 
     The FLOPs, activations and scores are divided by ``threads ** cfg["thread_scaling"]``
     where ``threads`` is set (> 0): CPU threads split that work, not the per-step and
     per-micro-batch costs, and ``thread_scaling`` (optional, default 1: an even split) says
     how much of the split the machine turns into speed (the demo measures it from its matmuls,
-    :func:`~cubicml_lab.demo.cpu_thread_scaling`). On 10 demo campaigns
-    (14 trials each, measured on a 2-core VM) splitting the FLOPs by precision, counting bytes
-    and adding the attention term lifted the GP's leave-one-out Kendall tau from a mean of
-    0.703 to 0.756 (with the working-set feature of :func:`shape_features`, to 0.769); on the
-    gpt sweep it left the median tau at 10 / 20 / 50 trials where it was (0.714 / 0.804 / 0.859
-    before, 0.722 / 0.802 / 0.857 after, 12 draws). ``cfg`` needs the model and batch knobs
+    :func:`~cubicml_lab.demo.cpu_thread_scaling`). ``cfg`` needs the model and batch knobs
     (``d_model``, ``n_layers``, ``n_heads``, ``vocab``, ``seq_len``, ``mlp_ratio``,
     ``micro_batch``, ``grad_accum``, ``recompute``; ``threads`` and ``precision`` optional).
 
     ``cfg["fp32_flop_cost"]`` (optional, default 1): the seconds of an fp32 FLOP over those of a
     bf16/fp16 FLOP on the machine, e.g. the ratio of its matmul rates
-    (:func:`~cubicml_lab.hardware.device_peak_flops`; 4.4 on the 2-core AMD EPYC VM this was
-    written on), which scales the fp32 term. It matters when a fit has trials of only one
-    precision: the GP then weighs the other precision's FLOPs as its own (``term_units``), and
+    (:func:`~cubicml_lab.hardware.device_peak_flops`), which scales the fp32 term. It matters
+    when a fit has trials of only one precision: the GP then weighs the other precision's
+    FLOPs as its own (``term_units``), and
     without the ratio an fp32 FLOP would cost what a bf16 one does (a demo campaign that ran
     fp32 once, for its default configuration, predicted that one 21-37% too fast when it was
     left out). With trials of both, the GP fits each term's weight and the ratio drops out.
@@ -220,11 +206,8 @@ def shape_features(cfg: Mapping[str, Any]) -> list[float]:
     (``tokens * (8 + mlp_ratio) * d_model`` elements, 2 or 4 bytes), whose size against the CPU's
     caches may bend the speed (on the demo, 32 sequences once ran slower per token than 16, but that
     was glibc page-faulting the step's buffers back in, which
-    :func:`~cubicml_lab.hardware.tune_cpu_allocator` now stops). On the gpt sweep at 50 trials, the
-    GP with the first four and :func:`cost_terms` ranked at a median Kendall tau of 0.87 where the
-    cost model alone gave 0.81 (``benchmarks/predictor_quality.py``; ``GPPredictor`` module doc);
-    the working set added 0.013 on 10 demo campaigns (0.016 on 10 of another VM) and left the
-    sweep's tau where it was. ``cfg`` needs ``d_model``, ``n_layers``, ``n_heads``, ``vocab``,
+    :func:`~cubicml_lab.hardware.tune_cpu_allocator` now stops).
+    ``cfg`` needs ``d_model``, ``n_layers``, ``n_heads``, ``vocab``,
     ``seq_len``, ``mlp_ratio`` and ``micro_batch`` (``precision`` optional).
 
     Example:
