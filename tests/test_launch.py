@@ -876,12 +876,12 @@ def test_drift_fit_learns_the_slope_of_a_workloads_trials_for_one_whose_referenc
                                             ("gpt", "mlp bf16 rows=256")}
 
 
-def test_by_default_a_trial_keeps_its_fastest_process() -> None:
+def test_keep_fastest_takes_every_rate_from_the_fastest_process() -> None:
     slow = _result(90.0, throughput_raw=80.0, step_time_s=0.5, steps_timed=9.0, contended=1.0,
                    throughput_rel_ci=0.05, throughput_log_var=0.004, peak_mem_gib=2.0)
     fast = _result(100.0, throughput_raw=95.0, step_time_s=0.45, steps_timed=11.0, contended=0.0,
                    throughput_rel_ci=0.01, throughput_log_var=0.001, peak_mem_gib=1.0)
-    out = combine([slow, fast])
+    out = combine([slow, fast], keep="fastest")
     m = out.metrics
     # every rate and its CI from the fast process, so their ratios stay its own
     assert [m[k] for k in ("throughput", "throughput_raw", "step_time_s", "contended",
@@ -892,8 +892,11 @@ def test_by_default_a_trial_keeps_its_fastest_process() -> None:
     assert [p["kept"] for p in out.hardware["processes"]] == [False, True]
     assert [(p["throughput_rel_ci"], p["throughput_raw"], p["contended"])
             for p in out.hardware["processes"]] == [(0.05, 80.0, 1.0), (0.01, 95.0, 0.0)]
-    launcher = Repeated(processes=2)
-    assert launcher.keep == "fastest" and "keep='fastest'" in repr(launcher)
+    from cubicml_lab.timing import policy
+
+    launcher = Repeated(processes=2)  # the library's default is the measurement policy's rule
+    assert launcher.keep == policy.COMBINE == "drift_fit" and "keep='drift_fit'" in repr(launcher)
+    assert launcher.share_budget is policy.SHARE_BUDGET
     back = launcher_from_dict(Repeated(processes=3, keep="median").describe())
     assert isinstance(back, Repeated) and back.keep == "median"
     with pytest.raises(ConfigError, match="keep = 'mean' is not one of fastest, median, drift"):
@@ -903,7 +906,8 @@ def test_by_default_a_trial_keeps_its_fastest_process() -> None:
 @pytest.mark.slow
 def test_repeated_measures_a_trial_in_fresh_processes_and_stops_at_a_failed_one() -> None:
     started: list[dict] = []
-    res = Repeated(Subprocess(timeout_s=120), processes=2).run(TINY_SPEC, on_start=started.append)
+    res = Repeated(Subprocess(timeout_s=120), processes=2, keep="fastest").run(
+        TINY_SPEC, on_start=started.append)
     check_ok(res)
     pids = [p["pid"] for p in res.hardware["processes"]]
     assert len(pids) == 2 and pids[0] != pids[1] and pids == [r["pid"] for r in started]
