@@ -19,31 +19,31 @@ def cli(*args, cwd=None):
 @pytest.mark.slow
 def test_demo_report_export(tmp_path):
     store, out = tmp_path / "demo.sqlite", tmp_path / "runs"
-    run = cli("demo", "--budget", "5", "--store", str(store), "--out", str(out), "--campaign", "d",
-              "--launcher", "inprocess", "--no-progress", "--max-time-s", "1")
+    run = cli("demo", "--budget", "4", "--store", str(store), "--out", str(out), "--campaign", "d",
+              "--launcher", "inprocess", "--no-progress", "--max-time-s", "0.5")
     assert run.returncode == 0, run.stderr[-2000:]
     text = run.stdout
     assert "all trials:" in text and "tokens_per_s" in text
     assert "Kendall tau = " in text
     assert "best configuration: {" in text and "speed-up" in text
     assert (out / "demo.png").stat().st_size > 10_000
-    assert text.count(" ok ") >= 4 or text.count("  ok  ") >= 4
+    assert text.count(" ok ") >= 3 or text.count("  ok  ") >= 3
     # the first trial is the stated default configuration
     first = [line for line in text.splitlines() if line.startswith("trial ")][0]
     assert "micro_batch=8" in first and "precision=fp32" in first
-    with sqlite3.connect(store) as db:  # the 1-s budget is the campaign's measure option
+    with sqlite3.connect(store) as db:  # the 0.5-s budget is the campaign's measure option
         (meta,) = db.execute("SELECT metadata FROM campaigns WHERE name = 'd'").fetchone()
-    assert json.loads(meta)["measure_options"] == {"max_time_s": 1.0}
+    assert json.loads(meta)["measure_options"] == {"max_time_s": 0.5}
 
     report = cli("report", "d", "--store", str(store))
     assert report.returncode == 0, report.stderr
-    assert "5 trials" in report.stdout and "best:" in report.stdout
+    assert "4 trials" in report.stdout and "best:" in report.stdout
 
     exported = tmp_path / "d.csv"
     exp = cli("export", "d", str(exported), "--store", str(store))
     assert exp.returncode == 0, exp.stderr
     with open(exported, newline="") as f:
-        assert len(list(csv.DictReader(f))) == 5
+        assert len(list(csv.DictReader(f))) == 4
 
 
 def test_errors_are_one_clear_line(tmp_path):
