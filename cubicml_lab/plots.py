@@ -278,9 +278,11 @@ def regret_curves_data(runs: pd.DataFrame) -> pd.DataFrame:
         >>> regret_curves_data(runs)["median"].tolist()
         [0.4, 0.05]
     """
+    from .surrogate.metrics import quartiles
+
     grouped = runs.groupby(["searcher", "trial"], sort=False)["regret"]
-    out = grouped.agg(median="median", q25=lambda r: r.quantile(0.25),
-                      q75=lambda r: r.quantile(0.75), seeds="count")
+    out = grouped.agg(median="median", q25=lambda r: quartiles(r)[0],
+                      q75=lambda r: quartiles(r)[2], seeds="count")
     return out.reset_index()
 
 

@@ -44,8 +44,9 @@ if TYPE_CHECKING:
 __all__ = ["DIRECTIONS", "ENUMERATE_POOL_LIMIT", "FLAG_METRICS", "MAX_CANDIDATES", "MAX_SEED",
            "STATUSES", "Searcher", "check_seed"]
 
-#: Trial outcomes a searcher understands (:data:`cubicml_lab.trials.FINISHED`); only "ok"
-#: carries an objective value.
+#: Alias of :data:`cubicml_lab.trials.FINISHED` (the four statuses a trial ends in, the ones
+#: a searcher is told; only "ok" carries an objective value), kept for older imports. Not
+#: :data:`cubicml_lab.trials.STATUSES`, which adds "pending" and "running": use ``FINISHED``.
 STATUSES = FINISHED
 #: Optimisation directions.
 DIRECTIONS = ("maximize", "minimize")
@@ -426,8 +427,8 @@ class Searcher:
                 are not a dict, a bool or oversized int among them, or an ok trial without a
                 usable objective value. Nothing is told then.
         """
-        if status not in STATUSES:
-            raise SearchError(f"status = {brief(status)} is not one of {list(STATUSES)}",
+        if status not in FINISHED:
+            raise SearchError(f"status = {brief(status)} is not one of {list(FINISHED)}",
                               hint="report a crash as 'failed', out-of-memory as 'oom'")
         key = self._key(config, "config")
         told = _told_numbers(values)

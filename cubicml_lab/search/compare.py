@@ -40,6 +40,7 @@ import numpy as np
 from .._bounds import check_count
 from .._params import brief
 from ..errors import SearchError
+from ..surrogate.metrics import quartiles
 from .base import MAX_SEED
 from .bayesian import BayesianSearch
 from .guided import PredictorGuidedSearch
@@ -446,5 +447,5 @@ def _first_within(g: pd.DataFrame, pct: float) -> int | None:
 
 
 def _quartiles(name: str, values: Sequence[float]) -> dict[str, float]:
-    q25, med, q75 = np.percentile(np.asarray(values, dtype=float), [25, 50, 75])
-    return {name: float(med), f"{name}_q25": float(q25), f"{name}_q75": float(q75)}
+    q25, med, q75 = quartiles(values)
+    return {name: med, f"{name}_q25": q25, f"{name}_q75": q75}

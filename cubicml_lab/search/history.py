@@ -242,11 +242,11 @@ class HistoryModel:
         """Keep the history only while it ranks the target's ok trials: once
         :data:`HISTORY_CHECK_MIN_OK` exist, a Kendall tau of ``h`` against ``model_values``
         (larger is better) at most :data:`MIN_HISTORY_TAU` drops it for good."""
-        from scipy.stats import kendalltau
+        from ..surrogate.metrics import kendall_tau
 
         if not self.active or len(configs) < HISTORY_CHECK_MIN_OK:
             return self.active
-        tau = kendalltau(self.predict(configs), model_values).statistic
+        tau = kendall_tau(model_values, self.predict(configs))
         self.tau = float(tau) if np.isfinite(tau) else 0.0
         if self.tau <= MIN_HISTORY_TAU:
             self.active = False

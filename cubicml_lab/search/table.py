@@ -52,7 +52,9 @@ from .._bounds import check_count
 from .._params import brief
 from ..errors import SearchError, SpaceError
 from ..space import Space
-from .base import DIRECTIONS, STATUSES, check_seed
+from ..surrogate.metrics import relative_regret
+from ..trials import FINISHED
+from .base import DIRECTIONS, check_seed
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -328,8 +330,7 @@ class TableObjective:
         if best == 0:
             raise SearchError(f"the best {self.objective!r} is 0: relative regret is undefined",
                               hint="compare absolute values instead")
-        gap = best - v if direction == "maximize" else v - best
-        return gap / abs(best)
+        return relative_regret(best, v, direction)
 
     def replay(self, searcher: Any, budget: int, *, batch: int = 1) -> pd.DataFrame:
         """Run ``searcher`` against the table for ``budget`` trials (fewer if the table runs
@@ -426,10 +427,10 @@ def _statuses(df: pd.DataFrame, status_col: str | None, y: np.ndarray,
                                "finite objective as ok and the rest as failed")
     raw = df[status_col]
     status = np.array([s.strip() if isinstance(s, str) else s for s in raw], dtype=object)
-    bad = sorted({repr(s) for s in status if s not in STATUSES})
+    bad = sorted({repr(s) for s in status if s not in FINISHED})
     if bad:
         raise SearchError(f"column {status_col!r} holds unknown status value(s) {', '.join(bad)}",
-                          hint=f"statuses are {', '.join(STATUSES)}; map the others first, e.g. "
+                          hint=f"statuses are {', '.join(FINISHED)}; map the others first, e.g. "
                                f"df[{status_col!r}].replace({{'no_result': 'failed'}})")
     return status
 

@@ -31,8 +31,11 @@ from typing import Any, TypeVar
 
 from .._bounds import check_regular_or_absent
 from ..errors import StoreError
-from ..trials import FINISHED as FINAL_STATUSES  # noqa: F401 - re-exported by the store
-from ..trials import STATUSES, Trial, json_safe, restore
+from ..trials import FINISHED, STATUSES, Trial, dumps, json_safe, restore
+
+#: Alias of :data:`cubicml_lab.trials.FINISHED` (the statuses a trial ends in), the store's
+#: older name, kept for ``from cubicml_lab.store import FINAL_STATUSES``.
+FINAL_STATUSES = FINISHED
 
 #: Version of the SQLite schema, kept in ``PRAGMA user_version``.
 SCHEMA_VERSION = 1
@@ -388,9 +391,8 @@ def _check_config(config: object) -> dict[str, Any]:
     return _plain(config, "config")
 
 
-def _dumps(value: Any) -> str:
-    """Compact strict JSON text (NaN/Infinity refused: pass values through :func:`_plain`)."""
-    return json.dumps(value, allow_nan=False, ensure_ascii=False, separators=(",", ":"))
+#: Compact strict JSON text: the trials' codec (:func:`cubicml_lab.trials.dumps`).
+_dumps = dumps
 
 
 #: Selects a ``trials`` row in the column order :func:`_to_trial` reads.

@@ -32,7 +32,7 @@ import math
 import os
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -71,16 +71,47 @@ def to_dataframe(trials: Sequence[Trial]) -> pd.DataFrame:
            for name in ("created_at", "started_at", "ended_at", "duration_s")},
         "error": pd.Series([t.error for t in trials], dtype=object),
     }
-    for key in keys_in_order(t.config for t in trials):
-        name = f"config.{key}" if key in _FIXED_COLUMNS else key
-        cols[name] = _column(pd, [t.config.get(key) for t in trials], exact=True)
-    for key in keys_in_order(t.metrics for t in trials):
-        name = f"metric.{key}" if key in cols else key
-        cols[name] = _column(pd, [t.metrics.get(key) for t in trials], exact=False)
-    hardware = [flatten(t.hardware, "hw.") for t in trials]
-    for key in keys_in_order(hardware):
-        cols[key] = _column(pd, [hw.get(key) for hw in hardware], exact=False)
+    tidy_columns(cols, [t.config for t in trials], [t.metrics for t in trials],
+                 [t.hardware for t in trials],
+                 lambda kind, values: _column(pd, values, exact=kind == "config"))
     return pd.DataFrame(cols)
+
+
+def tidy_columns(cols: dict[str, Any], configs: Sequence[Mapping[str, Any]],
+                 metrics: Sequence[Mapping[str, Any]], hardware: Sequence[Mapping[str, Any]],
+                 column: Callable[[str, list[Any]], Any]) -> list[str]:
+    """Add a tidy trial table's config, metric and hardware columns to ``cols`` (in place).
+
+    One column per config key (``config.<key>`` where the key is a column already there), per
+    metric (``metric.<key>`` likewise) and per flattened hardware field (``hw.<path>``:
+    :func:`flatten`), each in order of first appearance (:func:`keys_in_order`); a trial
+    without a key gets None. ``column(kind, values)`` builds each column (``kind``:
+    ``"config"``, ``"metric"`` or ``"hw"``). The one home of the tidy layout: the store's
+    :func:`to_dataframe` and :mod:`cubicml_lab.datasets` (reading an export) both call it.
+
+    Returns:
+        The config columns' names, in order.
+
+    Example:
+        >>> cols = {"status": ["ok"]}
+        >>> tidy_columns(cols, [{"status": 1}], [{"tps": 2.0}], [{"gpu": {"name": "h100"}}],
+        ...              lambda kind, values: values)
+        ['config.status']
+        >>> cols
+        {'status': ['ok'], 'config.status': [1], 'tps': [2.0], 'hw.gpu.name': ['h100']}
+    """
+    config_columns = []
+    for key in keys_in_order(configs):
+        name = f"config.{key}" if key in cols else key
+        cols[name] = column("config", [c.get(key) for c in configs])
+        config_columns.append(name)
+    for key in keys_in_order(metrics):
+        name = f"metric.{key}" if key in cols else key
+        cols[name] = column("metric", [m.get(key) for m in metrics])
+    flat = [flatten(h, "hw.") for h in hardware]
+    for key in keys_in_order(flat):
+        cols[key] = column("hw", [h.get(key) for h in flat])
+    return config_columns
 
 
 #: Metrics a person reads beside the objective, each named with its unit, in this order.

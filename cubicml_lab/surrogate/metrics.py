@@ -27,7 +27,8 @@ import numpy as np
 from ..errors import PredictorError
 
 __all__ = ["Predictor", "cross_val_predict", "evaluate_predictor", "interval_coverage",
-           "kendall_tau", "learning_curve", "mape", "regret", "spearman", "top_k_recall"]
+           "kendall_tau", "learning_curve", "mape", "quartiles", "regret", "relative_regret",
+           "spearman", "top_k_recall"]
 
 
 @runtime_checkable
@@ -111,17 +112,51 @@ def top_k_recall(y_true: Sequence[float], y_pred: Sequence[float], frac: float =
     return len(true_top & pred_top) / k
 
 
+def relative_regret(best: float, value: float, direction: str = "maximize") -> float:
+    """How much worse ``value`` is than ``best``, as a fraction of ``|best|``: ``(best - value) /
+    |best|`` when maximising, ``(value - best) / |best|`` when minimising (0: the best; 0.05:
+    5 % worse); NaN when ``best`` is 0. The one regret formula of the package
+    (:func:`regret`, ``TableObjective.regret`` and the replays call it).
+
+    Example:
+        >>> relative_regret(200.0, 150.0), relative_regret(2.0, 2.5, "minimize")
+        (0.25, 0.25)
+    """
+    best, value = float(best), float(value)
+    if best == 0:
+        return float("nan")
+    gap = best - value if direction == "maximize" else value - best
+    return gap / abs(best)
+
+
 def regret(y_true: Sequence[float], y_pred: Sequence[float]) -> float:
     """How much worse the predicted best configuration truly is than the true best, as a
-    fraction of the true best (0 = the predictor picked the best; higher is better for ``y``).
+    fraction of the true best (0 = the predictor picked the best; higher is better for ``y``):
+    :func:`relative_regret` of the predicted best.
 
     Example:
         >>> regret([100.0, 90.0, 80.0], [1.0, 2.0, 0.0])
         0.1
     """
     t, p = _pair(y_true, y_pred)
-    best = float(t.max())
-    return float((best - t[int(np.argmax(p))]) / abs(best)) if best != 0 else float("nan")
+    return relative_regret(float(t.max()), float(t[int(np.argmax(p))]))
+
+
+def quartiles(values: Sequence[float]) -> tuple[float, float, float]:
+    """``(q25, median, q75)`` of the non-NaN ``values``, linearly interpolated
+    (NumPy's and pandas' default); NaNs when none is left. The one quartile summary of the
+    package (search comparisons, regret and learning curves).
+
+    Example:
+        >>> quartiles([1.0, 2.0, 3.0, 4.0, float("nan")])
+        (1.75, 2.5, 3.25)
+    """
+    a = np.asarray(values, dtype=np.float64).ravel()
+    a = a[~np.isnan(a)]
+    if a.size == 0:
+        return (float("nan"),) * 3
+    q25, med, q75 = np.percentile(a, [25, 50, 75])
+    return float(q25), float(med), float(q75)
 
 
 def _folds(n: int, folds: int | str, seed: int) -> list[np.ndarray]:
