@@ -55,7 +55,6 @@ Example:
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from collections.abc import Callable, Mapping, Sequence
@@ -64,10 +63,21 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ._params import brief
-from .errors import ConfigError, DataError
+from .errors import DataError
 from .physics import table_physics
-from .space import Bool, Choice, Ordinal, Parameter, Space
-from .store.tables import flatten, keys_in_order
+from .space import Space
+from ._dataset_tables import (
+    _STATUS_MAP,
+    UNKNOWN,
+    UNKNOWN_NUMBER,
+    expand_raw,
+    fill_blanks,
+    is_number_col,
+    observed_parameter,
+    plain,
+    status_column,
+    tidy_config_columns,
+)
 from .trials import FINISHED
 
 if TYPE_CHECKING:
@@ -75,13 +85,6 @@ if TYPE_CHECKING:
 
 __all__ = ["UNKNOWN", "UNKNOWN_NUMBER", "Dataset", "default_data_dir", "load", "names"]
 
-#: Placeholder for a blank string knob cell.
-UNKNOWN = "unknown"
-#: Placeholder for a blank numeric knob cell (every real knob value here is positive or zero).
-UNKNOWN_NUMBER = -1
-#: The statuses of a measured row (the store's final statuses).
-#: Source status words that are not ours, and what they become.
-_STATUS_MAP = {"no_result": "failed"}
 
 
 @dataclass(frozen=True, eq=False, repr=False)
@@ -145,7 +148,7 @@ class Dataset:
             6
         """
         rows = self.table if status is None else self.table[self.table["status"] == status]
-        return [{k: _plain(v) for k, v in zip(self.knobs, values)}
+        return [{k: plain(v) for k, v in zip(self.knobs, values)}
                 for values in rows[self.knobs].itertuples(index=False, name=None)]
 
 
@@ -394,9 +397,9 @@ def _load_sweep(name: str, sweep: _Sweep, path: Path) -> Dataset:
         raise DataError(f"{path} holds trials of workload(s) {others}, not only {workload!r}",
                         hint=f"dataset {name!r} is the {workload!r} sweep; " + hint)
     if "config" in df.columns:  # the raw form: config/metrics/hardware as JSON text or dicts
-        df, config_keys = _expand_raw(pd, df)
+        df, config_keys = expand_raw(pd, df)
     else:  # the tidy form of TrialStore.to_dataframe: one column per config key
-        config_keys = _tidy_config_columns(df, path)
+        config_keys = tidy_config_columns(df, path)
     unfinished = ~df["status"].isin(list(FINISHED) + list(_STATUS_MAP))
     dropped = int(unfinished.sum())
     df = df[~unfinished].reset_index(drop=True)
@@ -419,7 +422,7 @@ def _load_sweep(name: str, sweep: _Sweep, path: Path) -> Dataset:
     source = f"cubicml-lab (this repository), {sweep.script} -> data/{path.name}"
     from .workloads import WithDefaults
 
-    constants = {k: _plain(df[k].iloc[0]) for k in config_keys if k not in knobs}
+    constants = {k: plain(df[k].iloc[0]) for k in config_keys if k not in knobs}
     return _finish(name, df, knobs, "throughput", source, notes, {},
                    cost_model=WithDefaults(workload, "cost_terms", constants),
                    features=WithDefaults(workload, "shape_features", constants)
@@ -472,51 +475,6 @@ class _MPTCost:
         return "<cost terms of an MPT configuration (FLOPs, FSDP traffic, overhead per token)>"
 
 
-def _expand_raw(pd: Any, df: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
-    """One column per config key, metric and (flattened, ``hw.``) hardware field."""
-    cols = {c: df[c] for c in df.columns if c not in ("config", "metrics", "hardware")}
-    parsed = {c: [_as_dict(v, c) for v in df[c]] if c in df.columns else [{}] * len(df)
-              for c in ("config", "metrics", "hardware")}
-    config_keys = []
-    for key in keys_in_order(parsed["config"]):
-        col = f"config.{key}" if key in cols else key
-        cols[col] = pd.Series([d.get(key) for d in parsed["config"]], dtype=object)
-        config_keys.append(col)
-    for key in keys_in_order(parsed["metrics"]):
-        col = f"metric.{key}" if key in cols else key
-        cols[col] = pd.Series([_number(d.get(key)) for d in parsed["metrics"]])
-    hardware = [flatten(d, "hw.") for d in parsed["hardware"]]
-    for key in keys_in_order(hardware):
-        cols[key] = pd.Series([d.get(key) for d in hardware], dtype=object)
-    out = pd.DataFrame(cols, index=df.index)
-    for col in config_keys:  # object -> int64/float64/bool when every value allows it
-        out[col] = _typed(pd, out[col])
-    return out.reset_index(drop=True), config_keys
-
-
-def _tidy_config_columns(df: pd.DataFrame, path: Path) -> list[str]:
-    """The config columns of a tidy table: the knobs of its workload(s), as named there."""
-    from . import workloads
-
-    columns: list[str] = []
-    for workload in sorted({str(w) for w in df.get("workload", [])}):
-        try:
-            knobs = workloads.get(workload).knobs()
-        except ConfigError as err:  # a workload this version of the lab does not know
-            raise DataError(f"{path}: cannot tell config columns from metrics for workload "
-                            f"{workload!r} ({err})",
-                            hint="write the raw form (TrialStore.export) instead") from None
-        for knob in knobs:
-            for col in (f"config.{knob}", knob):
-                if col in df.columns and col not in columns:
-                    columns.append(col)
-                    break
-    if not columns:
-        raise DataError(f"{path} has no config column (neither 'config' nor a workload's knobs)",
-                        hint="write it with TrialStore.to_dataframe(...).to_parquet(path)")
-    return columns
-
-
 # ------------------------------------------------------------------------------- shared steps
 def _finish(name: str, df: pd.DataFrame, knobs: list[str], objective: str, source: str,
             notes: str, order: Mapping[str, Sequence[Any]],
@@ -524,11 +482,11 @@ def _finish(name: str, df: pd.DataFrame, knobs: list[str], objective: str, sourc
             features: Callable[[dict], list[float]] | None = None) -> Dataset:
     """Normalise status, fill blank knob cells, build the space and order the columns."""
     df = df.copy()
-    df["status"] = _status(df, objective)
-    filled = _fill_blanks(df, knobs)
+    df["status"] = status_column(df, objective)
+    filled = fill_blanks(df, knobs)
     if filled:
         notes += " Blank knob cells filled: " + ", ".join(
-            f"{k} {n} -> {UNKNOWN_NUMBER if _is_number_col(df[k]) else repr(UNKNOWN)}"
+            f"{k} {n} -> {UNKNOWN_NUMBER if is_number_col(df[k]) else repr(UNKNOWN)}"
             for k, n in filled.items()) + "."
     repeats = df.duplicated(knobs, keep=False)
     if repeats.any():
@@ -540,112 +498,6 @@ def _finish(name: str, df: pd.DataFrame, knobs: list[str], objective: str, sourc
     df = df[first + [c for c in df.columns if c not in first]].reset_index(drop=True)
     return Dataset(name=name, space=space, table=df, objective=objective, knobs=list(space.names),
                    source=source, notes=notes, cost_model=cost_model, features=features)
-
-
-def _status(df: pd.DataFrame, objective: str) -> pd.Series:
-    """``ok``/``oom``/``failed``/``timeout`` per row; keeps the source's word in source_status."""
-    import numpy as np
-    import pandas as pd
-
-    if "status" not in df.columns:
-        return pd.Series(np.where(df[objective].notna(), "ok", "failed"), index=df.index,
-                         dtype=object)
-    raw = df["status"].astype(str).str.strip()
-    if raw.isin(list(_STATUS_MAP)).any():
-        df["source_status"] = raw
-    status = raw.replace(_STATUS_MAP)
-    bad = sorted(set(status) - set(FINISHED))
-    if bad:
-        raise DataError(f"unknown status value(s) {bad}",
-                        hint=f"statuses are {', '.join(FINISHED)} (and no_result -> failed)")
-    return status.astype(object)
-
-
-def _fill_blanks(df: pd.DataFrame, knobs: Sequence[str]) -> dict[str, int]:
-    """Fill blank knob cells in place (numbers: -1, strings/bools: "unknown"); count per knob."""
-    import pandas as pd
-
-    filled = {}
-    for k in knobs:
-        col = df[k]
-        n = int(col.isna().sum())
-        if _is_number_col(col):
-            col = col.fillna(UNKNOWN_NUMBER) if n else col
-            if pd.api.types.is_float_dtype(col.dtype) and (col % 1 == 0).all():
-                col = col.astype("int64")
-            elif str(col.dtype) == "Int64":
-                col = col.astype("int64")
-        elif n:
-            col = col.astype(object).where(col.notna(), UNKNOWN)
-        df[k] = col
-        if n:
-            filled[k] = n
-    return filled
-
-
-def observed_parameter(name: str, col: pd.Series, order: Sequence[Any] | None = None) -> Parameter:
-    """A parameter holding exactly the values observed in ``col``: ``Ordinal`` for numbers
-    (sorted, or in ``order``), ``Bool`` for both booleans, ``Choice`` otherwise."""
-    values = list(dict.fromkeys(_plain(v) for v in col))
-    if order is not None:
-        extra = [v for v in values if v not in order]
-        if extra:
-            raise DataError(f"knob {name!r}: values {extra} are not in the order {list(order)}")
-        return Ordinal(name, [v for v in order if v in values])
-    if all(isinstance(v, bool) for v in values) and len(values) == 2:
-        return Bool(name)
-    if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
-        return Ordinal(name, sorted(values))
-    return Choice(name, sorted(values, key=lambda v: (type(v).__name__, str(v))))
-
-
-def _is_number_col(col: pd.Series) -> bool:
-    import pandas as pd
-
-    return pd.api.types.is_numeric_dtype(col.dtype) and not pd.api.types.is_bool_dtype(col.dtype)
-
-
-def _typed(pd: Any, col: pd.Series) -> pd.Series:
-    """An object column of config values as int64/float64/bool when every value allows it."""
-    present = [v for v in col if v is not None and not (isinstance(v, float) and math.isnan(v))]
-    if present and all(isinstance(v, bool) for v in present):
-        return col.astype("boolean" if len(present) < len(col) else bool)
-    if present and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in present):
-        if all(isinstance(v, int) for v in present):
-            return col.astype("Int64" if len(present) < len(col) else "int64")
-        return pd.to_numeric(col).astype("float64")
-    return col
-
-
-def _as_dict(value: Any, column: str) -> dict[str, Any]:
-    """A JSON text or dict cell as a dict ({} for a missing cell)."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return {}
-    if isinstance(value, Mapping):
-        return dict(value)
-    if isinstance(value, (str, bytes)):
-        try:
-            out = json.loads(value) if value else {}
-        except json.JSONDecodeError as err:
-            raise DataError(f"column {column!r}: {brief(value)} is not JSON ({err})",
-                            hint="write the table with TrialStore.to_dataframe or export") from None
-        if isinstance(out, dict):
-            return out
-    raise DataError(f"column {column!r}: {brief(value)} is not a JSON object or dict",
-                    hint="write the table with TrialStore.to_dataframe or export")
-
-
-def _number(value: Any) -> Any:
-    """Metric values: the store's "NaN"/"Infinity" strings back to floats, None to NaN."""
-    nonfinite = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
-    if value is None:
-        return math.nan
-    return nonfinite.get(value, value) if isinstance(value, str) else value
-
-
-def _plain(value: Any) -> Any:
-    """A plain Python scalar from a NumPy/pandas scalar."""
-    return value.item() if hasattr(value, "item") and not isinstance(value, (str, bytes)) else value
 
 
 def _pandas() -> Any:

@@ -34,7 +34,7 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ._bounds import check_count, load_yaml, read_regular
+from ._bounds import check_count, load_yaml
 from ._expr import Expr, check_value
 from ._params import (
     PARAM_TYPES,
@@ -49,6 +49,17 @@ from ._params import (
     check_name,
     param_from_dict,
 )
+from ._space_input import (
+    MAX_FILE_BYTES,
+    MAX_NAMED,
+    description_parameters,
+    mapping_arg,
+    parameter_list,
+    parse_file,
+    read_text,
+    shown_path,
+    string_list,
+)
 from .errors import SpaceError
 
 if TYPE_CHECKING:
@@ -61,97 +72,8 @@ __all__ = ["ENUMERATE_LIMIT", "MAX_FILE_BYTES", "MAX_NAMED", "MAX_SAMPLE", "PARA
 
 #: Spaces whose unconstrained product is at most this big are enumerated exactly.
 ENUMERATE_LIMIT = 2_000_000
-#: Largest space file (YAML or JSON) read, in bytes; a space description is a few KiB.
-MAX_FILE_BYTES = 1 << 20
 #: Most configurations one :meth:`Space.sample` call draws (a search's pool is a few thousand).
 MAX_SAMPLE = 1_000_000
-#: Most parameters, constants, derived values or constraints a space may have (each, not in all).
-MAX_NAMED = 1_000
-_EXAMPLE = "Space([Int('micro_batch', 1, 16)], constraints=['micro_batch <= 8'])"
-
-
-def _parameter_list(parameters: Any) -> list[Parameter]:
-    """``parameters`` as a non-empty list of Parameter, or a SpaceError naming what it got."""
-    if isinstance(parameters, Parameter):
-        raise SpaceError(f"parameters must be a list; got the single parameter "
-                         f"{brief(parameters)}", hint=f"wrap it in a list: Space([{parameters.name}"
-                                                      " parameter])")
-    if isinstance(parameters, (str, bytes, Mapping)) or not isinstance(parameters, Iterable):
-        raise SpaceError(f"parameters must be a list of parameters; got {type(parameters).__name__}"
-                         f" {brief(parameters)}", hint=f"e.g. {_EXAMPLE}")
-    out = list(itertools.islice(parameters, MAX_NAMED + 1))
-    _check_many("parameters", out)
-    if not out:
-        raise SpaceError("a Space needs a non-empty list of parameters", hint=f"e.g. {_EXAMPLE}")
-    for i, p in enumerate(out):
-        if not isinstance(p, Parameter):
-            raise SpaceError(f"parameters[{i}] = {brief(p)} is not a parameter",
-                             hint=f"use one of {', '.join(PARAM_TYPES)}")
-    return out
-
-
-def _string_list(field: str, value: Any) -> list[str]:
-    """``constraints`` as a list of strings; a bare string is refused, not read per character."""
-    if value is None:
-        return []
-    if isinstance(value, str):
-        raise SpaceError(f"{field} must be a list of strings; got the string {brief(value)}: "
-                         "wrap it in a list", hint=f"{field}=[{brief(value)}]")
-    if isinstance(value, (bytes, Mapping)) or not isinstance(value, Iterable):
-        raise SpaceError(f"{field} must be a list of strings; got {type(value).__name__} "
-                         f"{brief(value)}", hint=f"e.g. {field}=['tp * pp <= world_size']")
-    out = list(itertools.islice(value, MAX_NAMED + 1))
-    _check_many(field, out)
-    for i, item in enumerate(out):
-        if not isinstance(item, str):
-            raise SpaceError(f"{field}[{i}] = {brief(item)} is not a string",
-                             hint="write each one as text, e.g. 'tp * pp <= world_size'")
-    return out
-
-
-def _mapping(field: str, value: Any, what: str, example: str) -> dict[Any, Any]:
-    """``constants``/``derived`` as a dict, or a SpaceError naming the field and what it got."""
-    if value is None:
-        return {}
-    if not isinstance(value, Mapping):
-        got = "the string" if isinstance(value, str) else type(value).__name__
-        raise SpaceError(f"{field} must be a mapping of name -> {what}; got {got} {brief(value)}",
-                         hint=f"e.g. {field}={example}")
-    _check_many(field, value)
-    return dict(value)
-
-
-def _check_many(field: str, items: Any) -> None:
-    if len(items) > MAX_NAMED:
-        raise SpaceError(f"{field} has more than MAX_NAMED = {MAX_NAMED:,} entries",
-                         hint="a space has a few dozen knobs; generate fewer")
-
-
-def _path(path: Any) -> str:
-    """``path`` as messages show it: whole up to 300 printable characters, else cut short."""
-    text = os.fsdecode(path) if isinstance(path, (str, bytes, os.PathLike)) else str(path)
-    return text if len(text) <= 300 and text.isprintable() else brief(text)
-
-
-def _read_text(path: Any) -> str:
-    """The UTF-8 text of a space file (a regular file of at most MAX_FILE_BYTES), or a
-    SpaceError naming the path and what is wrong."""
-    if not isinstance(path, (str, os.PathLike)):
-        raise SpaceError(f"the space file path {brief(path)} is a {type(path).__name__}, not a "
-                         "path", hint="pass a str or pathlib.Path")
-    raw = read_regular(path, what="the space file", max_bytes=MAX_FILE_BYTES, error=SpaceError,
-                       hint="pass the path of a space file (YAML or JSON, a few KiB)")
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError as err:
-        raise SpaceError(f"{_path(path)} is not UTF-8 text: byte {raw[err.start]:#04x} at "
-                         f"offset {err.start}", hint="save the file as UTF-8") from None
-
-
-def _parse_error(err: Exception) -> str:
-    if isinstance(err, RecursionError):
-        return "nested too deeply to read; a space file nests 3 or 4 levels"
-    return str(err)
 
 
 class Space:
@@ -181,13 +103,13 @@ class Space:
         derived: Mapping[str, str] | None = None,
         constraints: Sequence[str] | None = None,
     ) -> None:
-        self.parameters: list[Parameter] = _parameter_list(parameters)
+        self.parameters: list[Parameter] = parameter_list(parameters)
         self.names: list[str] = [p.name for p in self.parameters]
-        self.constants: dict[str, Any] = _mapping("constants", constants, "value",
+        self.constants: dict[str, Any] = mapping_arg("constants", constants, "value",
                                                   "{'world_size': 8}")
-        self.derived: dict[str, str] = _mapping("derived", derived, "expression",
+        self.derived: dict[str, str] = mapping_arg("derived", derived, "expression",
                                                 "{'dp': 'world_size // (tp * pp)'}")
-        self.constraints: list[str] = _string_list("constraints", constraints)
+        self.constraints: list[str] = string_list("constraints", constraints)
         self._by_name = {p.name: p for p in self.parameters}
         self._check_names()
         self._derived_exprs = self._compile_derived()
@@ -573,24 +495,7 @@ class Space:
             SpaceError: On anything but a mapping with a 'parameters' list of parameter mappings
                 and the optional keys constants, derived and constraints, naming the field.
         """
-        if not isinstance(data, Mapping) or "parameters" not in data:
-            got = (f"a mapping with keys {', '.join(sorted(map(brief, data))) or '(none)'}"
-                   if isinstance(data, Mapping)
-                   else "nothing (an empty file?)" if data is None
-                   else f"{type(data).__name__} {brief(data)}")
-            raise SpaceError(f"a space description must be a mapping with a 'parameters' list; "
-                             f"got {got}", hint="see Space.to_dict() for the format")
-        extra = set(data) - {"parameters", "constants", "derived", "constraints"}
-        if extra:
-            raise SpaceError(f"unknown key(s) {', '.join(sorted(map(brief, extra)))} in the "
-                             "space description",
-                             hint="allowed: parameters, constants, derived, constraints")
-        params = data["parameters"]
-        if isinstance(params, (str, bytes, Mapping)) or not isinstance(params, Sequence):
-            raise SpaceError(f"'parameters' must be a list of parameter mappings; got "
-                             f"{type(params).__name__} {brief(params)}",
-                             hint="write '- {type: int, name: micro_batch, low: 1, high: 16}' "
-                             "items under 'parameters:'")
+        params = description_parameters(data)
         try:
             return cls([param_from_dict(d, f"parameters[{i}]") for i, d in enumerate(params)],
                        constants=data.get("constants"), derived=data.get("derived"),
@@ -633,28 +538,22 @@ class Space:
                 or YAML, or does not describe a space (see :meth:`from_dict`).
         """
         def parse(text: str) -> Any:
-            return load_yaml(text, what=_path(path), error=SpaceError)
+            return load_yaml(text, what=shown_path(path), error=SpaceError)
 
-        return cls._from_file_data(path, parse(_read_text(path)))
+        return cls._from_file_data(path, parse(read_text(path)))
 
     @classmethod
     def _from_file(cls, path: str | os.PathLike[str], parse: Any, what: str,
                    errors: tuple[type[BaseException], ...]) -> Space:
         """Read ``path`` (checked), ``parse`` its text, refuse a parse error, build the space."""
-        text = _read_text(path)
-        try:
-            data = parse(text)
-        except errors as err:
-            raise SpaceError(f"{_path(path)}: not valid {what} ({_parse_error(err)})",
-                             hint="fix the file") from None
-        return cls._from_file_data(path, data)
+        return cls._from_file_data(path, parse_file(path, parse, what, errors))
 
     @classmethod
     def _from_file_data(cls, path: str | os.PathLike[str], data: Any) -> Space:
         try:
             return cls.from_dict(data)
         except SpaceError as err:
-            raise SpaceError(f"{_path(path)}: {err.message}", hint=err.hint) from None
+            raise SpaceError(f"{shown_path(path)}: {err.message}", hint=err.hint) from None
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Space) and self.to_dict() == other.to_dict()

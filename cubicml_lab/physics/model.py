@@ -4,7 +4,6 @@ and ``defaults=`` mappings."""
 
 from __future__ import annotations
 
-import math
 import warnings
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -14,85 +13,30 @@ import numpy as np
 from .._params import brief
 from ..errors import ConfigError
 from .formulas import Arch, step_physics
-from .profiles import GPUS, GPUS_PER_NODE, PRECISIONS, TERMS, GPUSpec, PhysicsConstants
+from .knobs import (
+    ACCEPTS,
+    BUILTIN_DEFAULTS,
+    FACTS,
+    KNOBS,
+    SIZE,
+    accepts,
+    check_defaults,
+    check_names,
+    check_values,
+    describe,
+    gpu_spec,
+    hashable,
+    holds,
+    is_number,
+    layout_hint,
+    layout_message,
+    one_row,
+    typed_values,
+)
+from .profiles import GPUS_PER_NODE, PRECISIONS, TERMS, GPUSpec, PhysicsConstants
 
 if TYPE_CHECKING:
     import pandas as pd
-
-# ------------------------------------------------------------------------ the knob vocabulary
-_DEGREE, _BOOL, _SIZE = "a number from 1 to 2**53", "a bool", "a positive integer up to 2**53"
-#: Largest fact or degree (GPUs, layers, sizes): the integers a float64 holds exactly.
-MAX_FACT = 2**53
-#: What each knob accepts: a description, or the tuple of its values.
-_KNOB_VALUES: dict[str, str | tuple[Any, ...]] = {
-    "tp": _DEGREE, "pp": _DEGREE, "dp": _DEGREE, "micro_batch": _DEGREE,
-    "virtual_stages": _DEGREE, "recompute": ("none", "selective", "full"),
-    "sequence_parallel": _BOOL, "tp_overlap": _BOOL, "dp_overlap": _BOOL,
-    "distributed_optimizer": _BOOL, "zero_stage": (0, 1, 2, 3), "offload_weights": _BOOL,
-    "offload_activations": _BOOL, "offload_optimizer": _BOOL, "precision": tuple(PRECISIONS),
-}
-#: The knobs :class:`LLMTrainingModel` understands (its fixed vocabulary).
-KNOBS: tuple[str, ...] = tuple(_KNOB_VALUES)
-#: Facts of the job that a config may also carry per row (e.g. a table whose rows differ in
-#: model width); they then override the job's.
-FACTS: tuple[str, ...] = ("layers", "hidden", "heads", "kv_heads", "ffn", "seq_len", "vocab",
-                          "global_batch", "n_gpus")
-_ACCEPTS: dict[str, str | tuple[Any, ...]] = {**_KNOB_VALUES, **{f: _DEGREE for f in FACTS}}
-#: Knob values a job takes when neither its config nor ``defaults=`` sets them (precision: the
-#: job's; dp: ``n_gpus / (tp pp)``).
-_BUILTIN_DEFAULTS: dict[str, Any] = {
-    "tp": 1, "pp": 1, "micro_batch": 1, "virtual_stages": 1, "recompute": "none",
-    "sequence_parallel": False, "tp_overlap": False, "dp_overlap": True,
-    "distributed_optimizer": False, "zero_stage": 0, "offload_weights": False,
-    "offload_activations": False, "offload_optimizer": False}
-
-
-def _is_number(value: Any) -> bool:
-    """A finite real number (not a bool) no larger than :data:`MAX_FACT`."""
-    if not isinstance(value, (int, float, np.integer, np.floating)) or \
-            isinstance(value, (bool, np.bool_)):
-        return False
-    if isinstance(value, (int, np.integer)):
-        return abs(int(value)) <= MAX_FACT
-    return bool(np.isfinite(value)) and abs(float(value)) <= MAX_FACT
-
-
-def _accepts(name: str, value: Any) -> bool:
-    """Whether ``value`` is a valid value of knob or fact ``name``."""
-    kind = _ACCEPTS[name]
-    if kind == _DEGREE:
-        return _is_number(value) and value >= 1
-    if kind == _BOOL:
-        return isinstance(value, (bool, np.bool_)) or (_is_number(value) and value in (0, 1))
-    if name == "zero_stage":
-        return _is_number(value) and value in kind
-    return isinstance(value, str) and value in kind
-
-
-def _describe(name: str) -> str:
-    kind = _ACCEPTS[name]
-    return kind if isinstance(kind, str) else "one of " + ", ".join(map(repr, kind))
-
-
-def _typed(name: str, values: list[Any]) -> np.ndarray:
-    """Valid values of ``name`` as the array type the physics computes with."""
-    kind = _ACCEPTS[name]
-    if kind == _DEGREE:
-        return np.asarray(values, dtype=np.float64)
-    if kind == _BOOL:
-        return np.asarray([bool(v) for v in values], dtype=bool)
-    if name == "zero_stage":
-        return np.asarray(values, dtype=np.int64)
-    return np.asarray(values, dtype=object)
-
-
-def _hashable(value: Any) -> bool:
-    try:
-        hash(value)
-    except TypeError:
-        return False
-    return True
-
 
 # ------------------------------------------------------------------------ the model of one job
 class LLMTrainingModel:
@@ -181,12 +125,12 @@ class LLMTrainingModel:
                  strict_layouts: bool = True) -> None:
         facts = {"layers": layers, "hidden": hidden, "heads": heads,
                  "kv_heads": heads if kv_heads is None else kv_heads,
-                 "ffn": 4 * hidden if _is_number(hidden) and ffn is None else ffn,
+                 "ffn": 4 * hidden if is_number(hidden) and ffn is None else ffn,
                  "seq_len": seq_len, "vocab": vocab, "global_batch": global_batch,
                  "n_gpus": n_gpus, "gpus_per_node": gpus_per_node}
         for name, value in facts.items():
-            if not _is_number(value) or value < 1 or value != int(value):  # NaN, inf: no number
-                raise ConfigError(f"LLMTrainingModel({name}={brief(value)}): must be {_SIZE}",
+            if not is_number(value) or value < 1 or value != int(value):  # NaN, inf: no number
+                raise ConfigError(f"LLMTrainingModel({name}={brief(value)}): must be {SIZE}",
                                   hint="give the job's facts, e.g. layers=40, hidden=5120, "
                                        "heads=40, seq_len=2048, vocab=32000, global_batch=1024, "
                                        "n_gpus=64")
@@ -195,7 +139,7 @@ class LLMTrainingModel:
                               f"and kv_heads = {facts['kv_heads']} must divide heads",
                               hint="e.g. hidden=4096, heads=32, kv_heads=8")
         self.facts: dict[str, int] = {k: int(v) for k, v in facts.items()}
-        self.gpu = _gpu(gpu)
+        self.gpu = gpu_spec(gpu)
         if not isinstance(precision, str) or precision not in PRECISIONS:
             raise ConfigError(f"LLMTrainingModel(precision={brief(precision)}) is not one of "
                               f"{list(PRECISIONS)}", hint="e.g. precision='bf16'")
@@ -214,10 +158,10 @@ class LLMTrainingModel:
         self.strict_layouts = bool(strict_layouts)
         self.precision = precision
         self.constants = constants or PhysicsConstants()
-        self.names = _check_names(names)
-        self.values = _check_values(values, self.names)
-        self.defaults = {**_BUILTIN_DEFAULTS, "precision": precision,
-                         **_check_defaults(defaults, self.names, self.values)}
+        self.names = check_names(names)
+        self.values = check_values(values, self.names)
+        self.defaults = {**BUILTIN_DEFAULTS, "precision": precision,
+                         **check_defaults(defaults, self.names, self.values)}
         self._warned: set[str] = set()
 
     def __repr__(self) -> str:
@@ -241,15 +185,15 @@ class LLMTrainingModel:
             >>> job.resolve({"tp": 2})["dp"], job.resolve({"tp": 2})["recompute"]
             (4, 'none')
         """
-        x = self._inputs(_one_row(config), 1, frame=False)
+        x = self._inputs(one_row(config), 1, frame=False)
         out = {k: v[0].item() if hasattr(v[0], "item") else v[0] for k, v in x.items()
-               if k in _ACCEPTS}
+               if k in ACCEPTS}
         return {k: int(v) if isinstance(v, float) and v.is_integer() else v
                 for k, v in out.items()}
 
     def evaluate(self, config: Mapping[str, Any]) -> dict[str, float]:
         """Every modelled quantity of one configuration (a row of :meth:`evaluate_frame`)."""
-        out = self._physics(self._inputs(_one_row(config), 1, frame=False))
+        out = self._physics(self._inputs(one_row(config), 1, frame=False))
         return {k: float(v[0]) for k, v in out.items()}
 
     def cost_terms(self, config: Mapping[str, Any]) -> dict[str, float]:
@@ -259,7 +203,7 @@ class LLMTrainingModel:
         GPU with ``per_token=True``. About 0.3 ms a call: over thousands of candidates use
         :meth:`cost_terms_frame` (50,000 rows in ~0.1 s).
         """
-        out = self._physics(self._inputs(_one_row(config), 1, frame=False))
+        out = self._physics(self._inputs(one_row(config), 1, frame=False))
         scale = self._scale(out)
         return {k: float(out[k][0] * scale[0]) for k in TERMS}
 
@@ -318,11 +262,11 @@ class LLMTrainingModel:
         x, derived = self._inputs_unchecked(data, n, frame=frame)
         if not self.strict_layouts:
             return x
-        bad = ~_holds(x, derived)
+        bad = ~holds(x, derived)
         if bad.any():
             i = int(np.argmax(bad))
-            raise ConfigError(_layout_message(x, i, bool(derived[i]), frame),
-                              hint=_layout_hint(self.names, self.facts["n_gpus"]))
+            raise ConfigError(layout_message(x, i, bool(derived[i]), frame),
+                              hint=layout_hint(self.names, self.facts["n_gpus"]))
         return x
 
     def _inputs_unchecked(self, data: Mapping[str, Any], n: int, *, frame: bool
@@ -336,7 +280,7 @@ class LLMTrainingModel:
             import pandas as pd
         for column, data_column in data.items():
             target = self.names.get(column, column)
-            if target not in _ACCEPTS:
+            if target not in ACCEPTS:
                 unknown.append(column)
                 continue
             if target in given:
@@ -386,7 +330,7 @@ class LLMTrainingModel:
         df = configs if isinstance(configs, pd.DataFrame) else pd.DataFrame(list(configs))
         if not self.strict_layouts:
             return np.ones(len(df), dtype=bool)
-        return _holds(*self._inputs_unchecked({c: df[c] for c in df.columns}, len(df),
+        return holds(*self._inputs_unchecked({c: df[c] for c in df.columns}, len(df),
                                               frame=True))
 
     def _column(self, column: str, target: str, data: Any, frame: bool) -> np.ndarray:
@@ -397,23 +341,23 @@ class LLMTrainingModel:
             try:
                 codes, uniques = pd.factorize(data, use_na_sentinel=False)
             except TypeError:  # a list or dict in a cell
-                bad = next(v for v in data if not _hashable(v))
+                bad = next(v for v in data if not hashable(v))
                 raise ConfigError(f"config {brief(column)} holds {brief(bad)}, not a valid "
-                                  f"{brief(target)}: it must be {_describe(target)}",
+                                  f"{brief(target)}: it must be {describe(target)}",
                                   hint="give each row a plain value") from None
             uniques = [u.item() if isinstance(u, np.generic) else u for u in uniques]
         else:
             codes, uniques = None, list(data)
-        mapped = [mapping.get(u, u) if _hashable(u) else u for u in uniques]
+        mapped = [mapping.get(u, u) if hashable(u) else u for u in uniques]
         for raw, value in zip(uniques, mapped):
-            if not _accepts(target, value):
+            if not accepts(target, value):
                 via = f" (-> {brief(value)} through values=)" if value is not raw else ""
                 named = "" if target == column else f" (names= maps it onto {brief(target)})"
                 raise ConfigError(f"config {brief(column)} = {brief(raw)}{via}{named} is not a "
-                                  f"valid {brief(target)}: it must be {_describe(target)}",
+                                  f"valid {brief(target)}: it must be {describe(target)}",
                                   hint=f"map it with values={{{brief(column)}: "
                                        f"{{{brief(raw)}: ...}}}}")
-        typed = _typed(target, mapped)
+        typed = typed_values(target, mapped)
         return typed if codes is None else typed[codes]
 
     def _warn(self, unknown: list[str]) -> None:
@@ -439,7 +383,7 @@ class LLMTrainingModel:
             x["kv_heads"] = x["heads"] * job["kv_heads"] / job["heads"]
         for knob in KNOBS:
             if knob not in x and knob != "dp":
-                x[knob] = _typed(knob, [self.defaults[knob]]).repeat(n)
+                x[knob] = typed_values(knob, [self.defaults[knob]]).repeat(n)
         if "dp" not in x:
             x["dp"] = x["n_gpus"] / (x["tp"] * x["pp"])
         return x
@@ -453,113 +397,3 @@ class LLMTrainingModel:
 #: The names of :meth:`LLMTrainingModel.cost_terms`' values, readable from the bound method
 #: (``GPPredictor`` reads ``cost_model.term_names``).
 LLMTrainingModel.cost_terms.term_names = TERMS  # type: ignore[attr-defined]
-
-
-def _holds(x: Mapping[str, np.ndarray], derived: np.ndarray) -> np.ndarray:
-    """Per row: dp a whole number >= 1 where it was derived from ``n_gpus / (tp pp)``,
-    ``tp pp dp <= n_gpus`` where it was given."""
-    n, tp, pp, dp = x["n_gpus"], x["tp"], x["pp"], x["dp"]
-    whole = (dp >= 1) & (np.abs(dp - np.round(dp)) < 1e-9)
-    return np.where(derived, whole, tp * pp * dp <= n * (1 + 1e-9))
-
-
-def _layout_message(x: Mapping[str, np.ndarray], i: int, derived: bool, frame: bool) -> str:
-    tp, pp, dp, n = (float(x[k][i]) for k in ("tp", "pp", "dp", "n_gpus"))
-    row = f"row {i}: " if frame else ""
-    if derived:
-        return (f"{row}tp * pp = {tp:g} * {pp:g} = {tp * pp:g} does not divide n_gpus = {n:g}: "
-                f"the data-parallel degree would be {dp:g}, not a whole number >= 1")
-    return (f"{row}tp * pp * dp = {tp:g} * {pp:g} * {dp:g} = {tp * pp * dp:g} is more than "
-            f"n_gpus = {n:g}")
-
-
-def _layout_hint(names: Mapping[str, str], n_gpus: int) -> str:
-    user = {v: k for k, v in names.items()}
-    tp, pp = user.get("tp", "tp"), user.get("pp", "pp")
-    divisors = [d for d in range(1, min(n_gpus, 100_000) + 1) if n_gpus % d == 0][:12]
-    return (f"choose {tp} * {pp} among {', '.join(map(str, divisors))}: add the constraint "
-            f"'n_gpus % ({tp} * {pp}) == 0' to the space (with n_gpus as a constant)")
-
-
-def _one_row(config: Mapping[str, Any]) -> dict[str, list[Any]]:
-    if not isinstance(config, Mapping):
-        raise ConfigError(f"config = {brief(config)} is not a dict",
-                          hint="pass one configuration as a dict, many as a DataFrame to the "
-                               "*_frame methods")
-    return {k: [v] for k, v in config.items()}
-
-
-def _gpu(gpu: Any) -> GPUSpec:
-    if isinstance(gpu, GPUSpec):
-        return gpu
-    if not isinstance(gpu, str) or gpu not in GPUS:
-        raise ConfigError(f"gpu = {brief(gpu)} is not one of {list(GPUS)}",
-                          hint="pick one, or pass a GPUSpec(...) describing yours")
-    return GPUS[gpu]
-
-
-def _as_mapping(arg: str, given: Any, example: str) -> Mapping[Any, Any]:
-    """``given`` (None: empty) as the mapping argument ``arg`` of the model, else an error
-    showing ``example``."""
-    if given is None:
-        return {}
-    if not isinstance(given, Mapping):
-        raise ConfigError(f"{arg} = {brief(given)} is not a dict", hint=f"{arg}={example}")
-    return given
-
-
-def _check_names(names: Any) -> dict[str, str]:
-    names = _as_mapping("names", names, "{'tensor_par': 'tp'} maps your name onto the "
-                                        "vocabulary")
-    seen: dict[str, str] = {}
-    for user, target in names.items():
-        if not isinstance(target, str) or target not in _ACCEPTS:
-            raise ConfigError(f"names[{brief(user)}] = {brief(target)} is not a knob or fact "
-                              "of the model",
-                              hint=f"map {brief(user)} onto one of {', '.join(KNOBS)} "
-                                            f"(or facts {', '.join(FACTS)}), or leave it out "
-                                            "of names= to let the GP model it")
-        if target in seen:
-            raise ConfigError(f"names[{brief(seen[target])}] and names[{brief(user)}] both map "
-                              f"onto {brief(target)}", hint="map each vocabulary name from one key")
-        seen[target] = user
-    return dict(names)
-
-
-def _check_values(values: Any, names: Mapping[str, str]) -> dict[str, dict[Any, Any]]:
-    values = _as_mapping("values", values, "{'activation_recompute': {'attn_only': "
-                                           "'selective'}}")
-    out = {}
-    for user, mapping in values.items():
-        target = names.get(user, user)
-        if not isinstance(target, str) or target not in _ACCEPTS:
-            raise ConfigError(f"values[{brief(user)}]: {brief(user)} is neither a key of "
-                              "names= nor a knob of the model",
-                              hint=f"add names={{{brief(user)}: <knob>}} or key "
-                                                   f"values= by a knob: {', '.join(KNOBS)}")
-        if not isinstance(mapping, Mapping):
-            raise ConfigError(f"values[{brief(user)}] = {brief(mapping)} is not a dict",
-                              hint=f"values={{{brief(user)}: {{<your value>: <model value>}}}}")
-        for raw, value in mapping.items():
-            if not _accepts(target, value):
-                raise ConfigError(f"values[{brief(user)}][{brief(raw)}] = {brief(value)} is "
-                                  f"not a valid {brief(target)}: it must be {_describe(target)}",
-                                  hint=f"map {brief(raw)} onto a valid value of {brief(target)}")
-        out[user] = dict(mapping)
-    return out
-
-
-def _check_defaults(defaults: Any, names: Mapping[str, str],
-                    values: Mapping[str, Mapping[Any, Any]]) -> dict[str, Any]:
-    defaults = _as_mapping("defaults", defaults, "{'sequence_parallel': True}")
-    out = {}
-    for user, raw in defaults.items():
-        knob = names.get(user, user)
-        value = values.get(user, {}).get(raw, raw) if _hashable(raw) else raw
-        if not isinstance(knob, str) or knob not in KNOBS or knob == "dp" or \
-                not _accepts(knob, value):
-            raise ConfigError(f"defaults[{brief(user)}] = {brief(raw)} is not a valid default",
-                              hint=f"give a knob of {', '.join(k for k in KNOBS if k != 'dp')} "
-                                   "a valid value (dp follows from n_gpus / (tp pp))")
-        out[knob] = value
-    return out

@@ -38,7 +38,7 @@ memory; an out-of-memory trial is a censored observation above the limit: see
 :class:`~cubicml_lab.surrogate.FeasibilityModel`). In BO it also bounds the acquisition's bets
 (``BO_P_FEASIBLE``); the prior's first picks keep to ``PRIOR_P_FEASIBLE`` alike. A memory model
 is evaluated once per configuration (cached), through its vectorised twin when it has one
-(``memory_gib_frame``, :func:`~cubicml_lab.surrogate.gp.batch_method`); so is a cost model
+(``memory_gib_frame``, :func:`~cubicml_lab.surrogate.terms.batch_method`); so is a cost model
 (``cost_terms_frame``).
 
 **Machine drift.** A trial's stored objective (``throughput``, the default figure) is its raw

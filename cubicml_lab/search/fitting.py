@@ -257,7 +257,7 @@ class BayesianModels(Searcher):
             terms = self._gp_cost_model()
             if terms is not None or self.features is not None:  # the objective GP's input:
                 from ..surrogate import GPPredictor
-                from ..surrogate.gp import evaluate_many
+                from ..surrogate.terms import evaluate_many
 
                 extra = GPPredictor(self.space, cost_model=terms, features=self.features
                                     ).derived_columns([pool[i] for i in new], "candidates")

@@ -87,7 +87,7 @@ class PriorTerms:
     """``terms(config) = [*cost_model(config), exp(-h(config))]``: the cost model's terms, then
     the history's (``h``: :class:`~cubicml_lab.search.history.HistoryModel`'s log objective),
     so the GP's prior mean weighs both by maximum likelihood (module doc, "Transfer").
-    ``terms_frame`` is its vectorised twin (:func:`~cubicml_lab.surrogate.gp.batch_method`)."""
+    ``terms_frame`` is its vectorised twin (:func:`~cubicml_lab.surrogate.terms.batch_method`)."""
 
     def __init__(self, cost_model: Callable[[dict], Any] | None, history: HistoryModel) -> None:
         self.cost_model, self.history = cost_model, history
@@ -99,7 +99,7 @@ class PriorTerms:
         return self._many(df.to_dict("records"))
 
     def _many(self, configs: list[dict]) -> list[list[float]]:
-        from ..surrogate.gp import evaluate_many
+        from ..surrogate.terms import evaluate_many
 
         configs = [self.history.space.project(c) for c in configs]
         h = self.history.predict(configs)

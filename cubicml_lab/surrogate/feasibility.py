@@ -51,7 +51,8 @@ import numpy as np
 from .._params import brief
 from ..errors import PredictorError
 from ..trials import FINISHED
-from .gp import GPPredictor, evaluate_many
+from .gp import GPPredictor
+from .terms import evaluate_many
 
 if TYPE_CHECKING:
     import torch

@@ -94,18 +94,28 @@ from __future__ import annotations
 import math
 import time
 import warnings
-from collections.abc import Callable, Mapping, Sequence
-from functools import lru_cache
-from typing import TYPE_CHECKING, Any, NoReturn
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .._params import brief
 from ..errors import PredictorError
-from .base import BasePredictor, _as_float_array, one_thread
+from .base import _as_float_array, one_thread
+from .fitted import _CHOLESKY_MAX, FittedGP
+from .kernels import (
+    cost_mean_class,
+    hyperparameters,
+    index_columns,
+    matern_with_floor,
+    one_hot_to_index,
+)
+from .terms import batch_method, evaluate_many, raise_bad_row, units_of
+
+# the names these had here before the module was split (tests import some of them)
+_matern_with_floor, _one_hot_to_index = matern_with_floor, one_hot_to_index
 
 if TYPE_CHECKING:
-    import pandas as pd
     import torch
 
     from ..space import Space
@@ -119,9 +129,6 @@ NOISE_FLOOR_LOG_VAR = 1e-6
 #: Smallest per-trial noise variance relative to the variance of the training outcomes, so the
 #: standardised noise the GP sees is never below this (keeps the kernel matrix well conditioned).
 STANDARDISED_NOISE_FLOOR = 1e-6
-#: Exact (Cholesky) solves up to this many training points; GPyTorch's default (800) switches to
-#: iterative solvers that are several times slower at these sizes.
-_CHOLESKY_MAX = 5000
 #: L-BFGS iterations of a fit with derived inputs (``cost_model``, ``features``) unless
 #: ``max_iter`` says otherwise. Uncapped, those fits ran 350-600 iterations to creep along flat
 #: directions (13 s on 1,000 trials); capped at 100-200 they ranked as well or slightly better
@@ -136,12 +143,9 @@ COST_EXPONENT_PRIOR_SD = 0.5
 #: per FLOP, per score, ...) lies from that of the fit's first seen term of the same unit
 #: (``term_units``; module doc). None: each seen term's weight is fitted on its own.
 UNIT_PRIOR_SD: float | None = 1.0
-#: Candidates per posterior evaluation (the fast exact path; GPyTorch's general path).
-_PREDICT_CHUNK = 8192
-_GPYTORCH_CHUNK = 512
 
 
-class GPPredictor(BasePredictor):
+class GPPredictor(FittedGP):
     """Predicts an objective (default throughput, units/s, higher is better) from a configuration.
 
     Args:
@@ -247,7 +251,7 @@ class GPPredictor(BasePredictor):
             import torch
 
             return torch.cat([X, self.derived_columns(list(configs), what)], dim=1)
-        return X if self._cat_blocks() == [] else _one_hot_to_index(X, self._cat_blocks())
+        return X if self._cat_blocks() == [] else one_hot_to_index(X, self._cat_blocks())
 
     def derived_columns(self, configs: Sequence[dict], what: str = "configs") -> torch.Tensor:
         """The input columns after the space's, float64, shape (n, f + 2 k): the log
@@ -286,12 +290,12 @@ class GPPredictor(BasePredictor):
         except (TypeError, ValueError):  # ragged rows or not numbers: name the first odd one
             width = np.size(rows[0])
             bad = next((i for i, r in enumerate(rows) if np.size(r) != width), 0)
-            _raise_bad_row(name, rows[bad], bad, what, positive, width)
+            raise_bad_row(name, rows[bad], bad, what, positive, width)
         good = np.isfinite(values) & (values > 0 if positive else values >= 0)
         bad_rows = ~good.all(axis=1) | ~(values > 0).any(axis=1)
         if bad_rows.any():
             bad = int(np.argmax(bad_rows))
-            _raise_bad_row(name, rows[bad], bad, what, positive, values.shape[1])
+            raise_bad_row(name, rows[bad], bad, what, positive, values.shape[1])
         if expected and values.shape[1] != expected:
             raise PredictorError(f"{name} returned {values.shape[1]} values, the fit had "
                                  f"{expected}", hint="return the same number of values")
@@ -318,8 +322,8 @@ class GPPredictor(BasePredictor):
         bounds = torch.as_tensor(self.space.encoded_bounds(), dtype=torch.float64)
         blocks = self._cat_blocks()
         if blocks:
-            bounds = _one_hot_to_index(bounds, blocks)
-            for col, width in _index_columns(blocks):
+            bounds = one_hot_to_index(bounds, blocks)
+            for col, width in index_columns(blocks):
                 bounds[0, col], bounds[1, col] = 0.0, float(width - 1)
         flat = bounds[1] <= bounds[0]  # a one-value parameter: avoid a zero range
         bounds[1] = torch.where(flat, bounds[0] + 1.0, bounds[1])
@@ -354,11 +358,7 @@ class GPPredictor(BasePredictor):
                 match, NaN/inf values, values <= 0 with ``log_objective``, a configuration outside
                 the space, negative or non-finite noise, or a fit that fails numerically.
         """
-        import gpytorch
         import torch
-        from botorch.exceptions.errors import ModelFittingError
-        from botorch.fit import fit_gpytorch_mll
-        from gpytorch.mlls import ExactMarginalLogLikelihood
 
         t0 = time.perf_counter()
         configs = list(configs)
@@ -376,18 +376,7 @@ class GPPredictor(BasePredictor):
         Y = torch.as_tensor(y_model, dtype=torch.float64).unsqueeze(-1)
         if self.cost_model is not None or self.features is not None:
             self._set_extra_shapes(X, configs[0])
-        Yvar = None
-        if noise is not None:
-            rel = _as_float_array("noise", noise, len(configs))
-            if not np.all(np.isfinite(rel)) or (rel < 0).any():
-                i = int(np.argmax(~np.isfinite(rel) | (rel < 0)))
-                raise PredictorError(f"noise[{i}] = {float(rel[i])!r} is not a finite number >= 0",
-                                     hint="noise is a measurement's relative spread, e.g. 0.02")
-            var = rel**2 if self.log_objective else (rel * np.abs(y)) ** 2
-            floor = max(NOISE_FLOOR_LOG_VAR if self.log_objective else 0.0,
-                        STANDARDISED_NOISE_FLOOR * float(np.var(y_model)), 1e-12)
-            var = np.maximum(var, floor)
-            Yvar = torch.as_tensor(var, dtype=torch.float64).unsqueeze(-1)
+        Yvar = None if noise is None else self._noise_var(noise, y, y_model)
         bounds = self._bounds()
         torch.manual_seed(self.seed)
         n = X.shape[0]
@@ -398,21 +387,12 @@ class GPPredictor(BasePredictor):
         if warm_start is not None and warm_start.model is not None \
                 and warm_start.categorical == self.categorical \
                 and warm_start._fixed_noise == (Yvar is not None):
-            model.load_state_dict(_hyperparameters(warm_start.model, Yvar is None), strict=False)
+            model.load_state_dict(hyperparameters(warm_start.model, Yvar is None), strict=False)
         if max_iter is None and self._extra_bounds is not None:
             max_iter = EXTRAS_MAX_ITER
-        options = {} if max_iter is None else {"options": {"maxiter": int(max_iter)}}
-        mll = ExactMarginalLogLikelihood(model.likelihood, model)
-        try:
-            with warnings.catch_warnings(), gpytorch.settings.max_cholesky_size(_CHOLESKY_MAX), \
-                    one_thread():
-                warnings.simplefilter("ignore")  # retries are handled by fit_gpytorch_mll
-                fit_gpytorch_mll(mll, optimizer_kwargs=options)
-        except (ModelFittingError, RuntimeError) as err:
-            raise PredictorError(f"the GP fit failed on {len(configs)} trials: {err}",
-                                 hint="check for duplicated or near-constant data") from err
+        self._maximise_likelihood(model, max_iter, len(configs))
         if sub is not None:  # condition on every trial with the hyperparameters of the subset
-            learned = _hyperparameters(model, Yvar is None)
+            learned = hyperparameters(model, Yvar is None)
             model = self._build(X, Y, Yvar, bounds)
             model.load_state_dict(learned, strict=False)
         model.eval()
@@ -426,6 +406,45 @@ class GPPredictor(BasePredictor):
             self._new_noise_var = float(model.likelihood.noise.detach().mean()) * stdv**2
         self.fit_seconds = time.perf_counter() - t0
         return self
+
+    def _noise_var(self, noise: Sequence[float], y: np.ndarray,
+                   y_model: np.ndarray) -> torch.Tensor:
+        """The fixed per-trial noise variance, shape (n, 1), in model units (module doc)."""
+        import torch
+
+        rel = _as_float_array("noise", noise, len(y))
+        if not np.all(np.isfinite(rel)) or (rel < 0).any():
+            i = int(np.argmax(~np.isfinite(rel) | (rel < 0)))
+            raise PredictorError(f"noise[{i}] = {float(rel[i])!r} is not a finite number >= 0",
+                                 hint="noise is a measurement's relative spread, e.g. 0.02")
+        var = rel**2 if self.log_objective else (rel * np.abs(y)) ** 2
+        floor = max(NOISE_FLOOR_LOG_VAR if self.log_objective else 0.0,
+                    STANDARDISED_NOISE_FLOOR * float(np.var(y_model)), 1e-12)
+        return torch.as_tensor(np.maximum(var, floor), dtype=torch.float64).unsqueeze(-1)
+
+    @staticmethod
+    def _maximise_likelihood(model: Any, max_iter: int | None, n: int) -> None:
+        """Type-II maximum likelihood of ``model``'s hyperparameters (L-BFGS-B, at most
+        ``max_iter`` iterations; None: to convergence) on ``n`` trials.
+
+        Raises:
+            PredictorError: If the fit fails numerically.
+        """
+        import gpytorch
+        from botorch.exceptions.errors import ModelFittingError
+        from botorch.fit import fit_gpytorch_mll
+        from gpytorch.mlls import ExactMarginalLogLikelihood
+
+        options = {} if max_iter is None else {"options": {"maxiter": int(max_iter)}}
+        mll = ExactMarginalLogLikelihood(model.likelihood, model)
+        try:
+            with warnings.catch_warnings(), gpytorch.settings.max_cholesky_size(_CHOLESKY_MAX), \
+                    one_thread():
+                warnings.simplefilter("ignore")  # retries are handled by fit_gpytorch_mll
+                fit_gpytorch_mll(mll, optimizer_kwargs=options)
+        except (ModelFittingError, RuntimeError) as err:
+            raise PredictorError(f"the GP fit failed on {n} trials: {err}",
+                                 hint="check for duplicated or near-constant data") from err
 
     def _set_extra_shapes(self, X: torch.Tensor, first: dict) -> None:
         """From the training inputs: how many features and cost terms, the kernel's bounds of
@@ -451,7 +470,7 @@ class GPPredictor(BasePredictor):
             # of the same unit, else left out of the mean (at its prior weight and its own scale
             # it outweighed the others a million-fold on a new config)
             seen = finite.any(0)
-            units = _units(self.cost_model, self._n_terms)
+            units = units_of(self.cost_model, self._n_terms)
             # each term's anchor: the first seen term of its unit (itself without units)
             anchor = [j if units is None else next(
                 (i for i in range(self._n_terms) if seen[i] and units[i] == units[j]), j)
@@ -469,7 +488,7 @@ class GPPredictor(BasePredictor):
         from botorch.models import MixedSingleTaskGP, SingleTaskGP
         from botorch.models.transforms import Normalize, Standardize
 
-        cat_dims = [i for i, _ in _index_columns(self._cat_blocks())]
+        cat_dims = [i for i, _ in index_columns(self._cat_blocks())]
         if self._extra_bounds is not None:
             return self._build_with_extras(X, Y, Yvar, bounds)
         if cat_dims:
@@ -500,8 +519,8 @@ class GPPredictor(BasePredictor):
         scale = 1.0 / spread if exponent is not None and spread > 0 else 1.0
         prior = (0.0, 2.0) if exponent is None else (exponent, COST_EXPONENT_PRIOR_SD)
         model = SingleTaskGP(
-            X, Y, train_Yvar=Yvar, covar_module=_matern_with_floor(kernel_cols),
-            mean_module=_cost_mean_class()(self._cost_shift, self._cost_src, scale, prior,
+            X, Y, train_Yvar=Yvar, covar_module=matern_with_floor(kernel_cols),
+            mean_module=cost_mean_class()(self._cost_shift, self._cost_src, scale, prior,
                                            self._cost_pairs, UNIT_PRIOR_SD)
             if k else None,
             input_transform=Normalize(d, bounds=bounds, indices=kernel_cols),
@@ -522,424 +541,3 @@ class GPPredictor(BasePredictor):
             model.mean_module.c.fill_(slope)
         return model
 
-    # -- what the fit learned -------------------------------------------------------------------
-    def term_names(self) -> list[str]:
-        """Names of the cost model's terms: its ``term_names`` attribute (a tuple of str, e.g.
-        :func:`cubicml_lab.workloads.gpt.cost_terms`'s), else ``"term 0"``, ``"term 1"``, ...
-
-        Raises:
-            PredictorError: Without a cost model, before :meth:`fit`, or when ``term_names``
-                does not name every term.
-        """
-        self._require_cost_model("term_names")
-        return _names(self.cost_model, "term_names", "term", self._n_terms)
-
-    def cost_shares(self, configs: Sequence[dict]) -> pd.DataFrame:
-        """Share of each cost term in the fitted prior mean's cost, per configuration.
-
-        The cost-model mean is ``b + c * log(sum_i w_i t_i)`` (module doc) with fitted weights
-        ``w_i`` (up to a common factor). The share of term ``i`` in a configuration is
-        ``w_i t_i / sum_j w_j t_j``: where the cost model says a step's time goes (a term that
-        is 0 for a configuration has share 0). The kernel also sees the log cost terms and may
-        take up part of what they explain, so read the shares as the mean's view.
-
-        Args:
-            configs: n configurations of the space.
-
-        Returns:
-            DataFrame of shape (n, k), one column per term (:meth:`term_names`), rows summing
-            to 1, in the order of ``configs``.
-
-        Raises:
-            PredictorError: Without a cost model, before :meth:`fit`, or on configurations
-                outside the space or that the cost model rejects.
-
-        Example:
-            >>> from cubicml_lab.space import Space, PowerOfTwo
-            >>> space = Space([PowerOfTwo("micro_batch", 1, 64)])
-            >>> def terms(cfg): return [1.0, 16.0 / cfg["micro_batch"]]
-            >>> cfgs = space.enumerate()
-            >>> pred = GPPredictor(space, cost_model=terms).fit(
-            ...     cfgs, [1e4 / sum(terms(c)) for c in cfgs])
-            >>> shares = pred.cost_shares([{"micro_batch": 1}, {"micro_batch": 64}])
-            >>> [round(float(s), 1) for s in shares["term 1"]]
-            [0.9, 0.2]
-        """
-        import pandas as pd
-        import torch
-
-        self._require_cost_model("cost_shares")
-        configs = list(configs)
-        BasePredictor._encode(self, configs, "configs")  # the space's checks
-        logs = self._logs("cost_model", self.cost_model, configs, "configs", self._n_terms)
-        mean = self.model.mean_module
-        with torch.no_grad():
-            shares = torch.softmax(mean.a[mean.src] - mean.shift + logs, dim=1).numpy()
-        return pd.DataFrame(shares, columns=self.term_names())
-
-    def importance(self) -> pd.Series:
-        """How much each kernel input matters to the GP's kernel: ``1 / lengthscale``.
-
-        Each input is scaled to [0, 1] over the space's range (derived inputs over the fit's
-        range) before the kernel sees it, so relevances compare across inputs: the kernel
-        forgets a configuration's neighbour at a distance of about one lengthscale. A
-        ``Choice`` knob's one-hot columns are summarised by the largest relevance among them.
-        With ``features`` or a ``cost_model`` their log inputs follow as ``"feature <name>"``
-        and ``"cost <name>"``. This is the kernel's view only: what the cost-model mean
-        explains does not show here. For the whole model's view, per knob, use
-        :func:`~cubicml_lab.surrogate.knob_importance`, which also works for an MLP.
-
-        Returns:
-            Series named ``"relevance"`` (1 / lengthscale), indexed by knob (then derived
-            input), sorted descending.
-
-        Raises:
-            PredictorError: Before :meth:`fit`, or with ``categorical="mixed"`` (its kernel has
-                no single lengthscale per knob).
-        """
-        import pandas as pd
-
-        self._check_fitted()
-        if self.categorical == "mixed":
-            raise PredictorError("importance() needs categorical='onehot': the mixed kernel has "
-                                 "no single lengthscale per knob",
-                                 hint="use cubicml_lab.surrogate.knob_importance(pred, configs)")
-        kernel = self.model.covar_module
-        while getattr(kernel, "base_kernel", None) is not None:  # a ScaleKernel around it
-            kernel = kernel.base_kernel
-        relevance = 1.0 / kernel.lengthscale.detach().reshape(-1).numpy()
-        owners = [p.name for p in self.space.parameters for _ in p.encoded_names()]
-        if self.features is not None:
-            owners += [f"feature {n}" for n in _names(self.features, "feature_names", "",
-                                                     self._n_feats)]
-        if self.cost_model is not None:
-            owners += [f"cost {n}" for n in self.term_names()]
-        out = pd.Series(relevance, index=owners).groupby(level=0, sort=False).max()
-        return out.sort_values(ascending=False, kind="stable").rename("relevance")
-
-    def _require_cost_model(self, what: str) -> None:
-        if self.cost_model is None:
-            raise PredictorError(f"{what}() needs a cost model, and this GPPredictor has none",
-                                 hint="fit GPPredictor(space, cost_model=...), e.g. "
-                                      "cost_model=cml.datasets.load(name).cost_model")
-        if self.model is None:
-            raise PredictorError(f"{what}() called before fit",
-                                 hint="call pred.fit(configs, values) first")
-
-    def covariate_slope(self, covariate: Sequence[float], current: float,
-                        prior: tuple[float, float]) -> float:
-        """The slope of the fitted targets on a per-trial covariate that is not a knob (e.g.
-        how slow the machine was during each trial), estimated under the fit.
-
-        The fit's targets (model units: the log of the objective with ``log_objective``) are
-        taken to contain ``current * covariate``. The estimate is the slope ``s`` for which
-        ``targets + (s - current) * covariate`` is likeliest under the fitted GP (its mean,
-        kernel and noise: generalised least squares, the residuals' correlations counted), with
-        a normal prior ``(mean, sd)`` on ``s``; refitting at ``s`` and asking again converges in
-        a round or two.
-
-        Args:
-            covariate: One value per trial of the fit, in the model units of the targets.
-            current: The slope the fitted targets carry.
-            prior: Mean and standard deviation of the slope's normal prior.
-
-        Raises:
-            PredictorError: Before :meth:`fit`, or a covariate of the wrong length or not finite.
-        """
-        import torch
-
-        self._check_fitted()
-        c = _as_float_array("covariate", covariate, self.n_train)
-        if not np.all(np.isfinite(c)):
-            raise PredictorError("covariate has a NaN or inf entry",
-                                 hint="pass one finite number per trial of the fit")
-        _, L, alpha = self._train_factor()  # alpha: (K + noise)^-1 times the residuals
-        with torch.no_grad():
-            cs = torch.as_tensor(c, dtype=torch.float64).unsqueeze(-1) \
-                / self.model.outcome_transform.stdvs.reshape(())
-            mean, sd = prior
-            num = -float((cs * alpha).sum()) + (mean - current) / sd**2
-            den = float((cs * torch.cholesky_solve(cs, L)).sum()) + 1.0 / sd**2
-        return float(current + num / den)
-
-    def _train_factor(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """``(train inputs, Cholesky factor of K + noise, (K + noise)^-1 residuals)`` of the
-        fitted model in its standardised units, computed once per fit."""
-        import torch
-
-        m = self.model
-        if self._factor is None or self._factor[0] is not m:
-            with torch.no_grad():
-                Xt = m.train_inputs[0]
-                K = m.covar_module(Xt).to_dense()
-                noise = m.likelihood.noise.reshape(-1).expand(Xt.shape[0])
-                L = torch.linalg.cholesky(K + torch.diag(noise))
-                resid = (m.train_targets - m.mean_module(Xt)).unsqueeze(-1)
-                self._factor = (m, Xt, L, torch.cholesky_solve(resid, L))
-        return self._factor[1:]
-
-    # -- prediction -----------------------------------------------------------------------------
-    def _posterior(self, configs: Sequence[dict]) -> tuple[np.ndarray, np.ndarray]:
-        """Posterior mean and variance of the latent function in model units, shape (n,) each."""
-        self._check_fitted()
-        return self.posterior_encoded(self._encode(configs, "configs"))
-
-    def posterior_encoded(self, X: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
-        """Posterior mean and variance of the latent function at rows encoded by :meth:`encode`.
-
-        For a ``SingleTaskGP`` (``MixedSingleTaskGP`` and a cost-model mean included) the exact
-        predictive mean and variance are computed here from one Cholesky factor of the training
-        kernel matrix (``mu = m(x*) + k*^T alpha``, ``var = k** - |L^-1 k*|^2``), cached per
-        fitted model: GPyTorch's general posterior builds a lazy joint covariance per chunk and
-        was 3-30x slower for tens of thousands of candidates. Other models go through
-        ``model.posterior``. Both agree to rounding (``tests/test_surrogate.py``). Searchers and
-        :class:`~cubicml_lab.surrogate.feasibility.FeasibilityModel` score their pools here.
-
-        Args:
-            X: Encoded rows, shape (n, d), as :meth:`encode` returns.
-
-        Returns:
-            ``(mean, variance)``, float64 arrays of shape (n,), in model units (the log of the
-            objective by default); the variance is the latent function's, without the noise.
-
-        Raises:
-            PredictorError: Before :meth:`fit`.
-        """
-        import gpytorch
-        import torch
-        from botorch.models import SingleTaskGP
-
-        self._check_fitted()
-        X = X.to(torch.float64)
-        if isinstance(self.model, SingleTaskGP):  # MixedSingleTaskGP included
-            mu, var = self._fast_posterior(X)
-            return mu.numpy(), var.numpy()
-        mus, variances = [], []
-        with torch.no_grad(), gpytorch.settings.max_cholesky_size(_CHOLESKY_MAX):
-            for chunk in torch.split(X, _GPYTORCH_CHUNK):
-                post = self.model.posterior(chunk)
-                mus.append(post.mean.squeeze(-1))
-                variances.append(post.variance.squeeze(-1).clamp_min(0.0))
-        return (torch.cat(mus).numpy().astype(np.float64),
-                torch.cat(variances).numpy().astype(np.float64))
-
-    def _fast_posterior(self, X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        import torch
-
-        m = self.model
-        Xt, L, alpha = self._train_factor()
-        with torch.no_grad():
-            tf = m.outcome_transform
-            scale, shift = tf.stdvs.reshape(()), tf.means.reshape(())
-            mus, variances = [], []
-            for chunk in torch.split(X, _PREDICT_CHUNK):
-                xt = m.input_transform(chunk) if hasattr(m, "input_transform") else chunk
-                Ks = m.covar_module(xt, Xt).to_dense()
-                v = torch.linalg.solve_triangular(L, Ks.T, upper=False)
-                prior = m.covar_module(xt, diag=True)
-                mus.append((m.mean_module(xt) + (Ks @ alpha).squeeze(-1)) * scale + shift)
-                variances.append((prior - (v * v).sum(0)).clamp_min(0.0) * scale**2)
-        return torch.cat(mus), torch.cat(variances)
-
-
-def batch_method(fn: Any) -> Callable[[Any], Any] | None:
-    """The vectorised twin of ``fn``, or None: for a bound method ``obj.m`` whose object also
-    has ``obj.m_frame`` (e.g. ``LLMTrainingModel.cost_terms`` and ``cost_terms_frame``), that
-    method, which takes a DataFrame of configurations and returns one row (or value) each."""
-    owner, name = getattr(fn, "__self__", None), getattr(fn, "__name__", None)
-    frame = getattr(owner, f"{name}_frame", None) if owner is not None and name else None
-    return frame if callable(frame) else None
-
-
-def evaluate_many(name: str, fn: Callable[[dict], Any], configs: Sequence[dict],
-                  what: str = "configs") -> list[Any]:
-    """``fn(config)`` of each configuration as a list of rows (a mapping's values in order),
-    through ``fn``'s vectorised twin when it has one (:func:`batch_method`): a search scores
-    tens of thousands of candidates with one call.
-
-    Raises:
-        PredictorError: ``fn`` raised (the message names the configuration).
-    """
-    frame = batch_method(fn)
-    if frame is not None and len(configs) > 1:
-        import pandas as pd
-
-        try:
-            out = frame(pd.DataFrame([dict(c) for c in configs]))
-        except Exception:  # noqa: BLE001 - one config at a time then, to name the bad one
-            out = None
-        if out is not None:
-            values = np.asarray(out, dtype=np.float64)
-            return list(values.reshape(len(configs), -1))
-    rows = []
-    for i, cfg in enumerate(configs):
-        try:
-            row = fn(dict(cfg))
-        except Exception as err:  # noqa: BLE001 - a user's function: report any failure
-            raise PredictorError(f"{name}({what}[{i}]) raised {type(err).__name__}: "
-                                 f"{err}", hint=f"make {name} accept {brief(cfg)}") from None
-        rows.append(list(row.values()) if isinstance(row, Mapping) else row)
-    return rows
-
-
-def _raise_bad_row(name: str, row: Any, i: int, what: str, positive: bool,
-                   width: int) -> NoReturn:
-    """The PredictorError for row ``i`` of ``name``'s outputs: not ``width`` finite numbers
-    > 0 (``positive``), or >= 0 with one > 0."""
-    rule = "> 0" if positive else ">= 0, at least one > 0"
-    raise PredictorError(
-        f"{name}({what}[{i}]) = {brief(row)} is not {width} finite number(s) {rule}",
-        hint="return the same number of values for every configuration"
-             + ("" if positive else " (0 where a term does not apply)"))
-
-
-def _units(fn: Any, count: int) -> list[str] | None:
-    """``fn.term_units`` (one unit per cost term, any strings) or ``None``; a tuple of the
-    wrong length raises."""
-    units = getattr(fn, "term_units", None)
-    return None if units is None else _names(fn, "term_units", "", count)
-
-
-def _names(fn: Any, attr: str, prefix: str, count: int) -> list[str]:
-    """``fn.<attr>`` (a tuple of ``count`` names) or ``"<prefix> 0"``, ``"<prefix> 1"``, ..."""
-    names = getattr(fn, attr, None)
-    if names is None:
-        return [f"{prefix} {i}".strip() for i in range(count)]
-    names = [str(n) for n in names]
-    if len(names) != count:
-        raise PredictorError(f"{brief(fn)}.{attr} has {len(names)} names for {count} values",
-                             hint=f"give {attr} one name per value the function returns")
-    return names
-
-
-def _matern_with_floor(columns: list[int]) -> Any:
-    """Matern-5/2 over ``columns`` with BoTorch's dimension-scaled lengthscale prior (that of
-    its default RBF kernel), whose inputs map -inf (the log of a zero cost term) to -1: one
-    normalised range below the smallest value the fit saw."""
-    from botorch.models.utils.gpytorch_modules import get_covar_module_with_dim_scaled_prior
-
-    rbf = get_covar_module_with_dim_scaled_prior(len(columns))
-    return _matern_class()(nu=2.5, ard_num_dims=len(columns), active_dims=columns,
-                           lengthscale_prior=rbf.lengthscale_prior,
-                           lengthscale_constraint=rbf.raw_lengthscale_constraint)
-
-
-@lru_cache(maxsize=1)
-def _matern_class() -> type:
-    """GPyTorch's Matern-5/2 with -inf inputs at -1 and, without gradients (predictions), the
-    kernel matrix built in place: 2.5x faster on 50,000 candidates. Defined on first use."""
-    import torch
-    from gpytorch.kernels import MaternKernel
-
-    class FlooredMatern52(MaternKernel):
-        def forward(self, x1: Any, x2: Any, diag: bool = False, **params: Any) -> Any:
-            x1, x2 = x1.nan_to_num(neginf=-1.0), x2.nan_to_num(neginf=-1.0)
-            mean = x1.reshape(-1, x1.size(-1)).mean(0)  # centred, as GPyTorch's, for accuracy
-            a, b = (x1 - mean).div(self.lengthscale), (x2 - mean).div(self.lengthscale)
-            d2 = ((a - b) ** 2).sum(-1) if diag else self.covar_dist(a, b, square_dist=True)
-            if torch.is_grad_enabled():
-                r = (5.0 * d2).clamp_min(1e-30).sqrt()  # sqrt(5) * distance
-                return (1.0 + r + r * r / 3.0) * torch.exp(-r)
-            r = d2.mul_(5.0).clamp_min_(1e-30).sqrt_()
-            return torch.addcmul(r + 1.0, r, r, value=1.0 / 3.0).mul_(r.neg_().exp_())
-
-    return FlooredMatern52
-
-
-@lru_cache(maxsize=1)
-def _cost_mean_class() -> type:
-    """The GPyTorch mean of a cost model, defined on first use (no gpytorch at import)."""
-    import gpytorch
-    import torch
-    from gpytorch.priors import NormalPrior
-
-    class CostModelMean(gpytorch.means.Mean):
-        """``b + c * scale * log(sum_i exp(a_i) * t_i)`` of the log cost terms ``log t_i`` in
-        the input's last ``k`` columns (centred by ``shift``, the training mean, so that
-        ``a = 0`` weighs the terms equally on typical trials). Term ``i`` takes the weight and
-        centring of term ``src[i]`` (itself, or a seen term of its unit when the fit never saw
-        it). ``scale`` turns ``c`` into the outcome's units (1 / its standard deviation, so that
-        ``c`` is in log units of the objective; 1: ``c`` is in standardised units). A wide
-        normal prior keeps ``a`` finite when a term never matters; ``c`` has the normal prior
-        ``c_prior`` (mean, standard deviation). Each ``(j, i)`` of ``pairs`` (two seen terms of
-        one unit) puts a normal prior of width ``pair_sd`` on how much costlier, in log, a unit
-        of term ``j`` is than one of term ``i``: ``(a_j - shift_j) - (a_i - shift_i)``."""
-
-        def __init__(self, shift: torch.Tensor, src: torch.Tensor, scale: float = 1.0,
-                     c_prior: tuple[float, float] = (0.0, 2.0),
-                     pairs: Sequence[tuple[int, int]] = (), pair_sd: float | None = None
-                     ) -> None:
-            super().__init__()
-            k = int(shift.numel())
-            self.shift = shift.detach().clone()
-            self.src = src.detach().clone()
-            self.scale = float(scale)
-            for name, size, prior in (("a", k, NormalPrior(0.0, 4.0)),
-                                      ("b", 1, None), ("c", 1, NormalPrior(*c_prior))):
-                self.register_parameter(name, torch.nn.Parameter(
-                    torch.zeros(size, dtype=torch.float64)))
-                if prior is not None:
-                    self.register_prior(f"{name}_prior", prior, _getter(name), _setter(name))
-            for j, i in pairs:  # log weight per unit of term j against term i's (same unit)
-                self.register_prior(f"unit_prior_{j}_{i}", NormalPrior(0.0, float(pair_sd)),
-                                    _unit_gap(i, j), _set_unit_gap(i, j))
-
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
-            k = self.a.numel()
-            logs = x[..., -k:] - self.shift.to(x)
-            return self.b + self.c * self.scale * torch.logsumexp(self.a[self.src] + logs, dim=-1)
-
-    return CostModelMean
-
-
-def _unit_gap(i: int, j: int) -> Callable[[Any], Any]:
-    """How much costlier (log) a unit of term ``j`` is than one of term ``i`` in a cost mean."""
-    return lambda m: (m.a[j] - m.shift[j]) - (m.a[i] - m.shift[i])
-
-
-def _set_unit_gap(i: int, j: int) -> Callable[[Any, Any], None]:
-    def set_(module: Any, value: Any) -> None:  # moves term j's weight, term i's stays
-        a, shift = module.a.data, module.shift
-        a[j] = a[i] - shift[i] + shift[j] + value.reshape(())
-    return set_
-
-
-def _getter(name: str) -> Callable[[Any], Any]:
-    return lambda module: getattr(module, name)
-
-
-def _setter(name: str) -> Callable[[Any, Any], None]:
-    def set_(module: Any, value: Any) -> None:  # BoTorch's fit retries sample the priors
-        getattr(module, name).data.copy_(value.reshape(getattr(module, name).shape))
-    return set_
-
-
-def _hyperparameters(model: Any, with_noise: bool) -> dict[str, Any]:
-    """The kernel's and mean's (and the inferred noise's) parameters of a fitted model."""
-    return {k: v.clone() for k, v in model.state_dict().items()
-            if k.startswith(("covar_module", "mean_module"))
-            or (with_noise and k.startswith("likelihood"))}
-
-
-def _index_columns(blocks: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """Where each one-hot block's index column lands once the blocks are collapsed:
-    (column, number of categories)."""
-    out, removed = [], 0
-    for start, width in blocks:
-        out.append((start - removed, width))
-        removed += width - 1
-    return out
-
-
-def _one_hot_to_index(X: torch.Tensor, blocks: list[tuple[int, int]]) -> torch.Tensor:
-    """Replace each one-hot block of ``X`` (n, d) by one column holding the category's index
-    (argmax of the block), keeping the column order otherwise."""
-    import torch
-
-    parts, col = [], 0
-    for start, width in blocks:
-        parts.append(X[:, col:start])
-        parts.append(X[:, start:start + width].argmax(dim=1, keepdim=True).to(X.dtype))
-        col = start + width
-    parts.append(X[:, col:])
-    return torch.cat(parts, dim=1)
