@@ -39,6 +39,8 @@ CONFIGS = [{"micro_batch": 4}, {"micro_batch": 16}, {"micro_batch": 16, "recompu
 REPEATS = 2 if SMOKE else 5  # fresh-process measurements per configuration
 MEASURE = {"max_time_s": 0.5, "warmup_max_s": 0.5} if SMOKE else {"max_time_s": 3.0}
 BUDGET = 2 if SMOKE else 12  # trials of the small collection campaign
+# the campaign's trials: a fresh process each; the smoke run measures them in the kernel
+LAUNCHER = cml.launch.InProcess() if SMOKE else cml.launch.Subprocess(timeout_s=300)
 NPROC = 2  # processes of the torchrun example
 ROOT = Path.cwd().parent if Path.cwd().name == "notebooks" else Path.cwd()
 RUNS = Path(os.environ.get("CUBICML_LAB_RUNS", ROOT / "runs"))  # git-ignored
@@ -105,7 +107,7 @@ space = cml.Space([cml.PowerOfTwo("micro_batch", 1, 32), cml.Choice("recompute",
                    cml.Choice("precision", ["fp32", "bf16"])])
 store = cml.TrialStore(STORE)
 campaign = cml.Campaign("collect-smoke" if SMOKE else "collect", space, workload=WORKLOAD,
-                        launcher=cml.launch.Subprocess(timeout_s=300), device=DEVICE,
+                        launcher=LAUNCHER, device=DEVICE,
                         searcher=cml.RandomSearch(space, seed=SEED), store=store,
                         measure_options=MEASURE, fixed=MODEL)
 table = campaign.run(budget=BUDGET)
