@@ -81,7 +81,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .._params import brief
 from ..errors import PredictorError, SearchError
 from ..timing.figures import DRIFT_BOUNDS, DRIFT_EXPONENT, DRIFT_PRIOR_SD
 from . import acquisition as acq
@@ -166,38 +165,6 @@ def learn_drift(fit: Callable[[np.ndarray, Any], Any], values: np.ndarray,
     return pred, beta, out
 
 
-def _check_models(opts: BayesianOptions, objective: str, **given: Any) -> None:
-    """What a search is given (``cost_model``, ``features``, ``memory_model``, ``history``)
-    checked against itself and the options (the options check themselves when built).
-
-    Raises:
-        SearchError: Naming the argument and the fix.
-    """
-    memory_model = given["memory_model"]
-    if memory_model is not None and not callable(memory_model):
-        raise SearchError(f"memory_model = {brief(memory_model)} is not callable",
-                          hint="pass a function config -> predicted peak GiB per GPU, e.g. "
-                               "cml.analytical.LLMTrainingModel(...).memory_gib")
-    if memory_model is not None and opts.memory_limit_gib is None:
-        raise SearchError("memory_model is given but memory_limit_gib is not: the memory "
-                          "model's predictions need a device memory to compare with",
-                          hint="add memory_limit_gib=80 (GiB per GPU, e.g. an 80 GB H100)")
-    if memory_model is not None and not opts.feasibility:
-        raise SearchError("memory_model needs feasibility=True (it seeds the feasibility "
-                          "model)", hint="drop feasibility=False or memory_model")
-    for name in ("cost_model", "features", "history"):
-        fn = given[name]
-        if opts.second_objective is not None and fn is not None:
-            raise SearchError(f"{name} works with one objective, not with second_objective",
-                              hint="drop one of them")
-        if fn is not None and name != "history" and not callable(fn):
-            raise SearchError(f"{name} = {brief(fn)} is not callable",
-                              hint="pass a function config -> list of numbers, or None")
-    if opts.second_objective is not None and opts.second_objective == objective:
-        raise SearchError(f"second_objective = {brief(opts.second_objective)} is the "
-                          "objective itself", hint="name another metric, e.g. 'peak_mem_gib'")
-
-
 class BayesianSearch(BayesianReport):
     """GP-based Bayesian optimisation with the ask/tell interface of :class:`Searcher`.
 
@@ -272,8 +239,8 @@ class BayesianSearch(BayesianReport):
         if opts.n_init is None:
             opts = opts.replace(n_init=default_n_init(
                 space, None if self._candidates is None else len(self._candidates)))
-        _check_models(opts, objective, cost_model=cost_model, features=features,
-                      memory_model=memory_model, history=history)
+        opts.check_given(objective, cost_model=cost_model, features=features,
+                         memory_model=memory_model, history=history)
         self.options = opts
         self.requires_positive = opts.log_objective
         self.cost_model = cost_model

@@ -2,7 +2,8 @@
 
 The search's knobs (initial design, acquisition sampling, feasibility, a second objective,
 stopping, observed noise, drift) are one frozen record, checked here and only here when it is
-built, so a bad value fails in the cell that wrote it. What the search is *given* (a cost
+built, so a bad value fails in the cell that wrote it; :meth:`BayesianOptions.check_given`
+checks what the search is given against them. What the search is *given* (a cost
 model, derived features, a memory model, history and its store) stays an argument of the
 search: those are functions and tables, not settings. Every field is a plain value, so a
 campaign file holds the options as they are (:mod:`cubicml_lab.search.describe`).
@@ -122,6 +123,37 @@ class BayesianOptions:
                                   hint="e.g. 'peak_mem_gib' or 'step_time_rel_ci'")
         for name in ("log_objective", "feasibility", "learn_drift"):
             self._set(name, bool(getattr(self, name)))
+
+    def check_given(self, objective: str, **given: Any) -> None:
+        """What a search is given (``cost_model``, ``features``, ``memory_model``, ``history``)
+        checked against itself, these options and the search's ``objective``.
+
+        Raises:
+            SearchError: Naming the argument and the fix.
+        """
+        memory_model = given["memory_model"]
+        if memory_model is not None and not callable(memory_model):
+            raise SearchError(f"memory_model = {brief(memory_model)} is not callable",
+                              hint="pass a function config -> predicted peak GiB per GPU, e.g. "
+                                   "cml.analytical.LLMTrainingModel(...).memory_gib")
+        if memory_model is not None and self.memory_limit_gib is None:
+            raise SearchError("memory_model is given but memory_limit_gib is not: the memory "
+                              "model's predictions need a device memory to compare with",
+                              hint="add memory_limit_gib=80 (GiB per GPU, e.g. an 80 GB H100)")
+        if memory_model is not None and not self.feasibility:
+            raise SearchError("memory_model needs feasibility=True (it seeds the feasibility "
+                              "model)", hint="drop feasibility=False or memory_model")
+        for name in ("cost_model", "features", "history"):
+            fn = given[name]
+            if self.second_objective is not None and fn is not None:
+                raise SearchError(f"{name} works with one objective, not with second_objective",
+                                  hint="drop one of them")
+            if fn is not None and name != "history" and not callable(fn):
+                raise SearchError(f"{name} = {brief(fn)} is not callable",
+                                  hint="pass a function config -> list of numbers, or None")
+        if self.second_objective is not None and self.second_objective == objective:
+            raise SearchError(f"second_objective = {brief(self.second_objective)} is the "
+                              "objective itself", hint="name another metric, e.g. 'peak_mem_gib'")
 
     def _set(self, name: str, value: Any) -> None:
         object.__setattr__(self, name, value)
