@@ -109,6 +109,20 @@ class BayesianModels(Searcher):
     features: Any
     memory_model: Any
     history_model: HistoryModel | None
+    #: The objective's GPPredictor of the last fit, or None.
+    predictor: Any
+    #: The second objective's GPPredictor of the last fit, or None.
+    second_predictor: Any
+    #: The FeasibilityModel of the last fit, or None.
+    feasibility_model: Any
+    #: The drift exponent of the last objective fit (None: not learned, nothing drifted).
+    drift_exponent: float | None
+    #: What the last proposing ask did (see BayesianSearch).
+    last_ask_info: dict[str, Any]
+    #: The best relative expected improvement of each BO ask, in order.
+    improvement_trace: list[float]
+    #: Why should_stop() fired, or None.
+    stop_reason: str | None
 
     def _init_state(self) -> None:
         """The caches and the record of the asks, empty."""
