@@ -49,11 +49,11 @@ def own_figure(result: cml.TrialResult, path: Path) -> float:
 
 def check_campaign(camp: cml.Campaign, own_dir: Path, own_name: str, largest: int,
                    package: str) -> list[float]:
-    """The campaign's trials: at least 6, every one of the largest batch oom, every other ok
+    """The campaign's trials: at least 4, every one of the largest batch oom, every other ok
     with the job's record, its figure within 5% of the job's own clock. Returns the relative
     gaps."""
     trials = camp.store.trials(camp.name)
-    assert len(trials) >= 6
+    assert len(trials) >= 4
     by_status = {t.id: (t.config["batch"], t.status) for t in trials}
     big = [t for t in trials if t.config["batch"] == largest]
     assert big and all(t.status == "oom" for t in big), by_status
@@ -92,7 +92,7 @@ def test_a_hugging_face_trainer_campaign(tmp_path: Path) -> None:
     camp = cml.Campaign("hf", space, workload=job, searcher=searcher,
                         launcher=Subprocess(timeout_s=300, memory_limit_gib=HF_LIMIT_GIB),
                         store=cml.TrialStore(tmp_path / "lab.sqlite"), measure_options=MEASURE)
-    camp.run(budget=6)
+    camp.run(budget=4)  # the oom batch and three that run: each trial starts an interpreter
     check_campaign(camp, tmp_path, own, 256, "transformers")
 
 
@@ -105,10 +105,10 @@ def test_a_plain_pytorch_loop_campaign(tmp_path: Path) -> None:
         f"--own-timings={tmp_path}/{own}"], units="tokens", timeout_s=240)
     space = cml.Space([cml.Ordinal("batch", [4, 8, 16, 1024]), cml.PowerOfTwo("accum", 1, 2),
                        cml.Choice("width", [64, 128])])
-    searcher = cml.BayesianSearch(space, seed=0, n_init=4)
+    searcher = cml.BayesianSearch(space, seed=0, n_init=3)  # the fourth trial is the GP's
     searcher.enqueue({"batch": 1024, "accum": 1, "width": 64})
     camp = cml.Campaign("plain", space, workload=job, searcher=searcher,
                         launcher=Subprocess(timeout_s=300, memory_limit_gib=PLAIN_LIMIT_GIB),
                         store=cml.TrialStore(tmp_path / "lab.sqlite"), measure_options=MEASURE)
-    camp.run(budget=6)
+    camp.run(budget=4)
     check_campaign(camp, tmp_path, own, 1024, "torch")
