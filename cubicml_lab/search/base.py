@@ -37,6 +37,7 @@ from .._params import brief
 from ..errors import SearchError, SearchExhausted, SpaceError
 from ..trials import FINISHED, figure_flag
 from .proposal import Proposal
+from .told import FLAG_METRICS, told_numbers
 
 if TYPE_CHECKING:
     from ..space import Space
@@ -54,8 +55,6 @@ DIRECTIONS = ("maximize", "minimize")
 ENUMERATE_POOL_LIMIT = 100_000
 #: Sampled pools (spaces too large to list) also hold the neighbours of this many best configs.
 NEIGHBOUR_BEST = 5
-#: Told metrics that are flags: a bool there is kept as 1.0 / 0.0 (any other bool is refused).
-FLAG_METRICS = ("contended",)
 #: Largest sampled pool (``num_candidates``) and largest ``ask(n)``: every ask scores the whole
 #: pool (a GP's posterior over 200,000 candidates takes seconds and a few GiB).
 MAX_CANDIDATES = 200_000
@@ -431,7 +430,7 @@ class Searcher:
             raise SearchError(f"status = {brief(status)} is not one of {list(FINISHED)}",
                               hint="report a crash as 'failed', out-of-memory as 'oom'")
         key = self._key(config, "config")
-        told = _told_numbers(values)
+        told = told_numbers(values)
         value = self._objective_value(values) if status == "ok" else None
         self._pending.pop(key, None)
         self._queue = [q for q in self._queue if q[0] != key or q[2]]
@@ -505,42 +504,3 @@ class Searcher:
     def __repr__(self) -> str:
         return (f"{type(self).__name__}(objective={self.objective!r}, direction="
                 f"{self.direction!r}, n_told={self.n_told}, pending={len(self._pending)})")
-
-
-def _told_numbers(values: object) -> dict[str, float]:
-    """The finite numbers among a told trial's ``values`` (metric name -> float); a CI
-    (``*_rel_ci``) that is NaN or inf, unknown, is kept as inf.
-
-    Raises:
-        SearchError: If ``values`` is neither a mapping nor None, or holds a bool or an int too
-            large for a float (the message names the entry).
-    """
-    if values is None:
-        return {}
-    if not isinstance(values, Mapping):
-        raise SearchError(f"values = {brief(values)} must be a dict of metric name -> "
-                          "number, or None", hint="e.g. tell(config, {'throughput': 1234.5}), "
-                          "or tell(config, None, status='oom')")
-    out = {}
-    for name, raw in values.items():
-        if not isinstance(name, str):
-            raise SearchError(f"values has the key {brief(name)} ({type(name).__name__}); "
-                              "metric names are strings", hint="e.g. {'throughput': 1234.5}")
-        if isinstance(raw, (bool, np.bool_)) and name in FLAG_METRICS:
-            out[str(name)] = float(raw)
-            continue
-        if isinstance(raw, (bool, np.bool_)):
-            raise SearchError(f"values[{brief(name)}] = {raw} is a bool, not a number",
-                              hint="tell measurements as numbers (1.0 or 0.0), or leave it out")
-        if isinstance(raw, numbers.Real):
-            try:
-                value = float(raw)
-            except OverflowError:
-                raise SearchError(f"values[{brief(name)}] is an int of "
-                                  f"{int(raw).bit_length()} bits, too large for a float",
-                                  hint="tell it in a larger unit, or as a float") from None
-            if math.isfinite(value):
-                out[str(name)] = value
-            elif str(name).endswith("_rel_ci"):  # a figure's CI that could not be measured
-                out[str(name)] = math.inf
-    return out
