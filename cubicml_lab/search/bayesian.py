@@ -82,7 +82,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..errors import PredictorError, SearchError
-from ..timing.figures import DRIFT_BOUNDS, DRIFT_EXPONENT, DRIFT_PRIOR_SD
+from ..hardware.drift import DRIFT_BOUNDS, DRIFT_EXPONENT, DRIFT_PRIOR_SD, at_slope, drift_shift
 from . import acquisition as acq
 from .acquisition import BO_P_FEASIBLE, log_ei_standard
 from .design import space_filling
@@ -128,7 +128,7 @@ def drift_covariate(metrics: Sequence[Mapping[str, float]],
     for i, m in enumerate(metrics):
         a, b = m.get(objective, math.nan), m.get(raw, math.nan)
         if isinstance(a, (int, float)) and isinstance(b, (int, float)) and a > 0 and b > 0:
-            c[i] = math.log(a / b) / DRIFT_EXPONENT
+            c[i] = drift_shift(b, a)
     return c if np.any(np.abs(c) > 1e-9) else None
 
 
@@ -136,7 +136,7 @@ def at_drift_exponent(values: np.ndarray, covariate: np.ndarray, exponent: float
     """The trials' figures corrected with ``exponent`` instead of ``DRIFT_EXPONENT``:
     ``values * (nominal / reference) ** (exponent - DRIFT_EXPONENT)``, the covariate being
     :func:`drift_covariate`'s log ratio."""
-    return values * np.exp((exponent - DRIFT_EXPONENT) * covariate)
+    return at_slope(values, covariate, exponent)
 
 
 def learn_drift(fit: Callable[[np.ndarray, Any], Any], values: np.ndarray,
