@@ -24,13 +24,12 @@ from .._params import brief
 from .base import Built, Knob, Workload
 from .command import Command
 from .custom import PythonWorkload
-from .registry import check_reachable, register, registered, unregister
+from .registry import BUILT_IN, check_reachable, register, registered, unregister
 
 __all__ = ["Built", "Command", "Knob", "Workload", "WithDefaults", "get", "names"]
 __all__ += ["PythonWorkload", "check_reachable", "register", "registered", "unregister"]
 
-_REGISTRY: dict[str, tuple[str, str]] = {"dlrm": ("cubicml_lab.workloads.dlrm", "DLRMWorkload"),
-                                         "gpt": ("cubicml_lab.workloads.gpt", "GPTWorkload")}
+_REGISTRY = BUILT_IN  # name -> (module, class) of the built-in workloads
 
 
 def names() -> list[str]:

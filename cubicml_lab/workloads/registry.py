@@ -41,7 +41,7 @@ from .._params import brief
 from ..errors import ConfigError
 from .base import Workload
 
-__all__ = ["ENV_VAR", "GROUP", "MAX_NAME_CHARS", "check_name", "check_reachable", "lookup",
+__all__ = ["BUILT_IN", "ENV_VAR", "GROUP", "MAX_NAME_CHARS", "check_name", "check_reachable", "lookup",
            "parse_path", "register", "registered", "unregister"]
 
 #: The entry-point group an installed package declares its workloads in.
@@ -50,6 +50,9 @@ GROUP = "cubicml_lab.workloads"
 #: object, name -> ``"module:attribute"`` (``""`` for an object that exists in one process only).
 ENV_VAR = "CUBICML_LAB_WORKLOADS"
 
+#: The built-in workloads: name -> (module, class), imported only when one is asked for.
+BUILT_IN: dict[str, tuple[str, str]] = {"dlrm": ("cubicml_lab.workloads.dlrm", "DLRMWorkload"),
+                                        "gpt": ("cubicml_lab.workloads.gpt", "GPTWorkload")}
 _OBJECTS: dict[str, Any] = {}  # name -> class, instance or factory registered in this process
 #: Longest workload name, in characters.
 MAX_NAME_CHARS = 100
@@ -123,10 +126,8 @@ def register(name: str, workload: str | type[Workload] | Workload | Callable[[],
         >>> register("my-mlp", "my_models:MLP")          # doctest: +SKIP
         >>> cml.measure("my-mlp", {"width": 256}, launcher=cml.launch.Subprocess())  # doctest: +SKIP
     """
-    from . import _REGISTRY  # the built-ins
-
     check_name(name)
-    if name in _REGISTRY:
+    if name in BUILT_IN:
         raise ConfigError(f"{name!r} is a built-in workload", hint="register under another name")
     if not replace and (name in _OBJECTS or name in _env_paths()):
         raise ConfigError(f"workload {name!r} is already registered",
