@@ -133,44 +133,12 @@ print(f"highest single measurement {top_config}: {top_value:,.0f} tokens/s")
 
 # %% [markdown]
 # ## What we found
-# On the 2-core AMD EPYC VM this was last run on (5 runs of `cubicml-lab demo`, 12-14 trials each,
-# idle machine), the search found micro-batch 32, 2 heads, bf16 autocast, no recomputation, 2
-# threads in 4 of the 5 runs (the fifth picked the same with recomputation, within its noise):
-# 24,600-33,600 tokens/s, 1.52-2.05x the default configuration's 15,300-16,400 (an earlier,
-# faster VM gave 31,400-34,400 and 1.50-1.69x). Larger micro-batches amortise the per-step
-# overhead of a small model; bf16 autocast was faster than fp32 (its bf16 matmuls measured 2.4x
-# faster there); recomputation costs time when memory is not the constraint; more heads at the
-# same width cost time. Micro-batch 32 used to run slower per token than 16: glibc handed the
-# step's largest buffers (32 MiB of logits) back to the kernel after every step and page-faulted
-# them in again, until the trial process stopped it from serving any block by `mmap`
-# (`cubicml_lab.hardware.tune_cpu_allocator`, which each trial's hardware record names as
-# `cpu_malloc`). Starting from the workload's cost model (`demo_prior()`, which prices an fp32
-# FLOP at this CPU's measured matmul rates, and now an fp32 attention score at its attention
-# kernel's), the GP ranked the trials with a leave-one-out Kendall
-# tau of 0.59 to 0.88 over the 5 runs (mean 0.75). With so few trials, one pair ranked the wrong
-# way moves tau by 0.03, and the measurements set a ceiling: this VM's speed wandered by up to 2x
-# within seconds, and each trial's figure is corrected by a reference workload timed beside it,
-# sized to the trial's matmuls (`metrics["reference_rows"]`) and taken out in full; taking out
-# 70% of it, as before, 5 runs gave 0.51 to 0.73. On a steadier VM the same configurations
-# measured in different campaigns agreed at a tau of 0.91-1.00. On a calmer day of the same VM
-# (2026-11-26, its reference speed steady within a few percent), 5 runs gave a tau of 0.76 to 0.94
-# (0.879, 0.758, 0.879, 0.848, 0.939), the same configuration in all 5 (25,500-25,800 tokens/s,
-# 1.58-1.61x), in 71-90 s each: what limits the ranking is how steady the machine is. Later that
-# day each trial was allowed 6 s of timing instead of 3 (most still stop sooner, once their
-# figure is known within 1.5%). 5 runs then gave 0.788, 0.848, 0.909, 0.848 and 0.818, against
-# 2 of 5 at 0.8 or more for 5 runs at 3 s interleaved with them. All 10 found the same
-# configuration (25,500-26,000 tokens/s, 1.56-1.64x); a run took 93-125 s. 5 more runs at 6 s
-# right after, while the machine drifted more, gave 0.69 to 0.91 (2 of 5 at 0.8 or more).
-#
-# On another 2-core EPYC VM, one without AVX-512 (2026-11-26, evening), the answer changed with
-# the CPU: its bf16 matmuls measured 32x slower than fp32 ones (it has no bf16 kernels; a bf16
-# step of micro-batch 16 took 2.3 s against 0.19 s), so the cost model priced bf16 out and the
-# search stayed in fp32. 6 runs each stopped after 7 trials, once the expected improvement had
-# stayed under 0.5% for 3 proposals, in 81-98 s; 5 found micro-batch 32, 2 heads, fp32, no
-# recomputation (11,044-11,245 tokens/s, 1.10-1.13x the default's 9,904-10,080: on this CPU
-# little beats the defaults), the sixth micro-batch 16, 4 heads (1.18x, from one trial measured
-# 12% above the same configuration elsewhere). Tau: 0.810, 0.905, 0.905, 0.905, 0.429, 0.238.
-# The two low runs each had one trial whose reference read 20-22% slow while the trial itself
-# ran 12-13% slow, so correcting it in full put it 9-12% too fast; with 7 trials, one such pair
-# of mistakes is enough (`cubicml_lab.timing.DRIFT_EXPONENT` records it).
-# Your numbers are in the table and figure above: measured on your machine, not copied.
+# The search's answer depends on the CPU: on one with fast bf16 kernels it favours a large
+# micro-batch, few heads, bf16 autocast and no recomputation; on one without them the cost model
+# prices bf16 out, the search stays in fp32, and little beats the defaults. Larger micro-batches
+# amortise a small model's per-step overhead, recomputation costs time when memory is not the
+# constraint, and more heads at the same width cost time. Starting from the workload's cost model
+# (`demo_prior()`), the GP ranks the trials well (the leave-one-out Kendall tau above); what limits
+# that ranking is how steady the machine is, which the reference timed beside each trial corrects
+# only in part. Your numbers are in the table and figure above, measured on your machine; the
+# measured history is in `docs/results.md` ("History moved from the notebooks").

@@ -165,8 +165,7 @@ print(editor.space.size(), "valid configurations in the editor's space")
 # the heads, micro-batch * dp the batch) and the pipeline's micro-batch cap remove the rest;
 # `tp=8, pp=2` asks for 16 devices and is refused. The DLRM space keeps 210 of 288: table-wise
 # sharding of 4 or 26 tables over 8 ranks is out, and so is sparse Adagrad above 4,096 samples.
-# None of the removed combinations would have run, so every later step (the sampler, the
-# searcher, the predictor's candidate pool) never spends a trial on them. The rules read like
-# Megatron-LM's argument checks. Each error names the field, the value and a fix (a typo lists
-# the names that exist). A space is plain data, and its YAML file reads back equal, so one
-# file carries it between a notebook and a cluster job. The notebook runs in about 2 seconds.
+# None of the removed combinations would run, so no later step spends a trial on them. The rules
+# read like Megatron-LM's argument checks; each error names the field, the value and a fix (a typo
+# lists the names that exist). A space is plain data, and its YAML file reads back equal, so one
+# file carries it between a notebook and a cluster job.

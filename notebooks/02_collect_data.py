@@ -154,55 +154,12 @@ store.close()
 
 # %% [markdown]
 # ## What we found
-# From a full run on the 2-core AMD EPYC this was written on (idle machine, 141 s). One
-# measurement of micro-batch 4 took 36 timed steps in 12 windows after 4 warm-up steps: 31,800
-# tokens/s, 16.1 ms a step, and the median step time known to within +-0.5%.
-#
-# That +-0.5% is the noise *inside* one process. Across fresh processes the figures spread much
-# wider, and that is what a predictor has to live with:
-# - In the first full run, five fresh processes of each configuration varied by 7% to 16% (max -
-#   min over the median; 16.8, 59.9, 69.8 and 38.6 ms medians). In three of the four, one slow
-#   repeat made most of it.
-# - Since then each trial also times a fixed reference workload and stores its figure corrected
-#   for the machine's speed (`throughput`; the raw one is `throughput_raw`), each window by the
-#   reference samples on either side of it. Windows that shared the cores are discarded or
-#   flagged (`contended`).
-# - On an idle 2-core VM, 5 fresh repeats of 10 configurations then spread by a median of 2.2%
-#   to 8.5% on different days, 17% to 35% raw (`benchmarks/measure_repeatability.py`).
-# - What is left is mostly each fresh process's own level. The same configurations measured
-#   alternately in fresh processes and in one long-lived process spread 3.5% and 1.7%
-#   (`measure_repeatability.py --compare-process`). No reference timed inside the trial sees that
-#   level.
-# - It is not the huge pages a process gets, nor the VM giving freed memory back to its host.
-#   With torch's huge-page allocation (`THP_MEM_ALLOC_ENABLE=1`), or with the guest's free-page
-#   reporting held off, fresh processes spread as much (3.6% and 4.2%, against 2.6% and 2.4%
-#   for the same configurations measured alongside them as usual).
-#
-# So measure twice what you must tell apart by less than about 5%.
-# `cml.launch.Repeated(cml.launch.Subprocess(), processes=2)` does it for every trial: two fresh
-# processes share the trial's timing budget. On the same VM, interleaved, 10 configurations then
-# spread a median 2.9% against 4.5% in single processes, for 19 s a measurement against 11 s
-# (`measure_repeatability.py --processes 1 2`). Where a share leaves each process only a few
-# steps (the demo's 6 s of 0.1-0.4-s steps), give each the whole budget instead
-# (`share_budget=False`), at twice the cost: the demo measures so.
-#
-# By default the trial keeps the faster process's figures (`keep="fastest"`). Where two
-# processes disagree by more than 3%, the odd one was the slower in 14 of 15 demo trials: what
-# disturbs a process adds time, so the fastest is the least disturbed. `keep="median"` takes the
-# middle process. The demo passes `keep="drift_fit"`: both processes, each corrected for the
-# machine's drift by as much of it as the two show this configuration felt. Where the drift
-# reference moved between them, the fastest corrected figure can be the one over-corrected.
-# Where it did not (both ran while the machine was slow), the trial takes the slope the
-# launcher's earlier trials of the same workload and reference showed (`drift_slope_prior`).
-# In three repeatability runs on a 2-core Zen 5 VM, gpt felt 1.07-1.16 of the fp32 reference's
-# moves and 0.59-0.71 of the bf16 one's; dlrm 0.56-0.82 of its own reference's.
-#
-# bf16 was 1.55x faster than fp32 at micro-batch 16 on this CPU, and full recomputation cost 17%.
-#
-# With `Torchrun`, FSDP2 over 2 processes of 1 thread each (gloo) trained micro-batch 16 per
-# process at 30,400 tokens/s, against about 34,200 for one process of 2 threads: on one 2-core
-# machine, sharding only adds communication. The collection campaign stored 12 trials, every
-# one ok, from 19,500 tokens/s (micro-batch 2, recompute) to 42,200 (micro-batch 4, bf16); its
-# fastest were bf16 without recomputation, and micro-batch 32 fp32 was slower (27,200) than 16
-# (34,800). Peak memory grew from 0.34 to 0.52 GiB with the micro-batch. No GPU here: the GPU
-# cell said so and did nothing. Your figures come from the cells above.
+# One measurement's interval is the noise inside one process; fresh processes of the same
+# configuration spread several times wider, mostly by each process's own level, which no reference
+# timed inside the trial sees. Each trial stores its figure corrected for the machine's speed by a
+# reference timed beside it (`throughput`; the raw one is `throughput_raw`) and flags windows that
+# shared the cores (`contended`). Measure twice what you must tell apart by less than about 5%:
+# `cml.launch.Repeated(cml.launch.Subprocess(), processes=2)` does it for every trial (it keeps the
+# faster process by default; the demo gives each the whole budget and passes `keep="drift_fit"`).
+# On one machine, sharding with `Torchrun` only adds communication. Your figures come from the
+# cells above; the measured history is in `docs/results.md` ("History moved from the notebooks").

@@ -186,46 +186,11 @@ plots.pareto_data(table, ds.objective, "peak_mem_gib").query("on_front")[
 
 # %% [markdown]
 # ## What we found
-# On `dlrm_cpu_sweep` (121 distinct configurations that ran; 5 draws per size), the median
-# Kendall tau on the unmeasured configurations from 10 / 20 / 50 measured ones was:
-# - plain GP: 0.11 / 0.10 / 0.54
-# - GP with the cost model: 0.65 / 0.59 / 0.68
-# - MLP: 0.14 / 0.20 / 0.50
-#
-# From 10 trials the plain GP and the MLP are barely better than guessing; the cost model carries
-# what the workload's arithmetic already tells, and the kernel learns the rest. With 10 or 20
-# trials the GP with the cost model picked the truly fastest unmeasured configuration in at least
-# 3 of 5 draws (median regret 0%; the other two predictors: 57-90%). Two repeat measurements of
-# the same configurations agree only to tau 0.82 on this table, so 0.7 is not far from the
-# ceiling. `benchmarks/predictor_quality.py` ran the same comparison on every shipped table, with
-# gradient-boosted trees too (0.17 / 0.27 / 0.43 here). On `gpt_cpu_sweep`, where `ds.features`
-# adds a micro-batch's GEMM sizes to the kernel's inputs, the GP with both ranks at 0.68 / 0.75 /
-# 0.86 against the plain GP's 0.47 / 0.72 / 0.81 (5 draws; 25 other draws put the GP with both
-# at 0.71 / 0.80 / 0.86); on MPT the cost model lifts 10 trials from 0.47 to 0.93.
-#
-# Out of fold (5 folds, about 97 trials each fit), the GP with the cost model ranks at tau
-# 0.73, and its 95% intervals for a new measurement hold 88% of the measured values: slightly
-# too narrow. Speeds span 370 to 166,910 samples/s, a factor of 450.
-#
-# What it learned about this machine. Embedding-table size decides speed: `rows` (10x between
-# 1,000 and 1,000,000 rows, averaged over the other knobs), then `num_tables` (4.8x), `emb_dim`
-# (2.9x) and `pooling` (2.5x). Next come `sparse_grads` (1.9x, sparse faster), `batch_size` (2.4x,
-# 4096 fastest), 2 threads over 1 (1.6x), SGD over Adam (1.7x) and a narrow top MLP (1.7x). The
-# bottom MLP and the interaction barely matter (`bottom_width` 1.04x, `interaction` 1.05x,
-# `bottom_layers` 1.17x). Around the fastest configuration (4 tables of 1,000 rows, batch 4096,
-# dense gradients) the slices show an interaction: there, sparse gradients would be about 2x
-# slower, because dense updates of tiny tables are cheap; only large tables gain from them.
-#
-# The fitted cost model says the same. MLP FLOPs take a median 35% of the modelled time per
-# sample, the dense embedding-table updates 26% (without `sparse_grads`, every row of every
-# table is updated once per step) and lookups 25%. In the slowest configuration (tables of
-# 1,000,000 rows, dense gradients, batch 256: 370 samples/s) the updates take 99.6%; in the
-# fastest, lookups take 83%. The kernel also sees the log cost terms and takes up part of what
-# they explain, so read the shares as the mean's view, not an exact split.
-#
-# Memory: every out-of-memory trial but one had 1,000,000-row tables (28 of the 42 trials with
-# them failed), and the feasibility model puts P(runs) at 0.25 for 32 such tables, 0.64 for 4,
-# against 0.92-1.00 everywhere with 100,000 rows or fewer. Speed costs no memory here: the
-# fastest configuration peaks at 0.35 GiB, next to the 0.31 GiB floor of the process, and the
-# Pareto front has three configurations, all under 0.35 GiB. Your figures come from the cells
-# above and will differ in the details.
+# From few trials the plain GP and the MLP rank the unmeasured configurations barely better than
+# guessing; the GP with the workload's cost model carries what the arithmetic already tells and
+# ranks them near the ceiling that repeat measurements of the same configurations set (the tau
+# table above). Its 95% intervals for a new measurement are slightly too narrow (out of fold,
+# above). On this CPU, embedding-table size decides speed; dense updates of large tables dominate
+# the slowest configurations, and sparse gradients help only large tables. Out-of-memory trials
+# come from the largest tables, and speed costs no memory here. Your figures come from the cells
+# above; the measured history is in `docs/results.md` ("History moved from the notebooks").

@@ -209,16 +209,14 @@ print(path.read_text())
 
 # %% [markdown]
 # ## What we found
-# Computed from this run, so the lines below always say what it did: the trials by status
-# and how many ok figures were flagged, the default against the configuration the search
-# recommends, what the review rule decided, why the campaign stopped, and the memory the
-# configurations took. A flagged figure (measured beside other work, or a single window with
-# no interval, shown `±?`) is counted but never taken as the best that the rule compares with.
-# Where the rule skipped everything left, the stop reason says so (it is not "search space
-# exhausted"), and `campaign.unskip()` gives those configurations back to the search.
-# For this small model on a CPU the last line shows how far memory stays below the limit; on a
-# GPU, where a larger model meets its memory limit, the same cells show the trade-off that
-# matters.
+# Computed from this run below: the trials by status and how many ok figures were flagged, the
+# default against the configuration the search recommends, the review rule's decisions, why the
+# campaign stopped, and the memory the configurations took. A flagged figure (measured beside
+# other work, or a single window shown `±?`) is counted but never taken as the best the rule
+# compares with. Where the rule skipped everything left, the stop reason says so (not "search
+# space exhausted"), and `campaign.unskip()` gives those configurations back to the search. For
+# this small model on a CPU memory stays far below the limit; on a GPU the same cells show the
+# trade-off that matters.
 
 # %%
 s = campaign.summary()

@@ -199,40 +199,12 @@ ax.figure.savefig(RUNS / "paper_speedup.png", dpi=120, bbox_inches="tight")
 
 # %% [markdown]
 # ## What we found
-# From the full run (4 seeds of 25 trials per searcher, learning curves over 2 draws per size;
-# 52 s on 2 CPU cores). Your figures will differ in the details: seeds and budgets are
-# parameters above.
-#
-# **(a) Predictors.** On this lab's GPT sweep (300 measured configurations), the analytical cost
-# model is worth most when history is short: from 10 jobs the GP with the cost model ranks the
-# unseen configurations at Kendall tau 0.74, against 0.34 for the plain GP and 0.32 for the
-# paper's MLP. The plain GP needs about 40 jobs to get there (0.79); at 80 jobs the GPs are at
-# 0.85-0.87 and the MLP at 0.76. The MLP trails the GP at every size. On BLOOM-176B (113
-# layouts, the noisiest table: its notes say repeats of one layout differ by up to ~8%) every
-# predictor stays between tau 0.06 and 0.6; the GP and the MLP are level at 40 jobs (0.55
-# each), and at 80 the GP leads slightly (0.60 against 0.55).
-#
-# **(b) Searches.** On BLOOM (7 of 113 layouts fail), the median number of trials to get within
-# 1% of the fastest layout was 18 for Bayesian search (3 of 4 seeds got there within 25 trials),
-# 14 for the MLP-guided search (4 of 4), and random search never got there (0 of 4). Within 5%:
-# 5, 10 and 11.5 trials. After 10 trials, Bayesian search was 2.3% short of the best, random 5.9%
-# and MLP-guided 6.6%; after 25, both model-based searches had found the best (median 0%) and
-# random was 2.1% short. Bayesian search spent a median of 3 of its 25 trials on layouts that ran
-# out of memory or failed (random 2, MLP-guided 1.5). On the GPT sweep the gap is wider: after 10
-# trials, Bayesian and MLP-guided search were 2.4% short and random search 74% short; within 1%
-# took 14.5 trials (Bayesian), 16.5 (MLP-guided, 3 of 4 seeds) and 16.5 (Bayesian with the cost
-# model), and random search stayed 34% short after 25. The cost-model prior, which helped the
-# predictor most, did not speed the search up on 4 seeds (15% short after 10 trials).
-#
-# **(c) Speed-up.** Against the table's median ok row, the fastest BLOOM layout is 1.23x faster
-# (107 vs 87 tokens/s per GPU). Bayesian and MLP-guided search found it (1.23x, median over
-# seeds), and random search found 1.20x in 25 trials. On the GPT sweep, the model-based searches
-# found the table's best, 10.1x the median row, and random search found 6.7x. The sweep varies
-# the model's shape too, so most of that factor is choosing a smaller model, not a faster way to
-# train one model. BLOOM's 1.23x is the figure to compare with the paper's speed-ups of a fixed
-# job. There, the median layout was already chosen by engineers, so there is less to gain.
-#
-# Each searcher's own compute per 25-trial replay (median): Bayesian search 6-10 s, MLP-guided
-# 14-27 s, the cost-model variant 18 s. That is small next to a single trial on a cluster.
-# `benchmarks/search_efficiency.py` runs the same comparison with 10 seeds of 50 trials on every
-# shipped table, plus Optuna's TPE.
+# **(a)** The analytical cost model is worth most when history is short: from 10 jobs the GP with
+# it ranks unseen configurations far better than the plain GP, which needs several times the jobs
+# to catch up, and the paper's MLP, which trails the GP at every size; on the noisy BLOOM table
+# every predictor stays low. **(b)** The model-based searches get within 1% of the fastest layout
+# in fewer trials than random search, and the gap is wider on the GPT sweep. **(c)** BLOOM's
+# speed-up over its median layout is the figure to compare with the paper's speed-ups of a fixed
+# job; the GPT sweep's larger factor mostly comes from choosing a smaller model. A searcher's own
+# compute is small next to one trial on a cluster. Your figures come from the cells above; the
+# measured history is in `docs/results.md`; `benchmarks/search_efficiency.py` runs more seeds.

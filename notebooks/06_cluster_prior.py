@@ -181,22 +181,10 @@ fig = plot_regret_curves(runs, title=f"{MODEL} on {N_GPUS} x {GPU} (perturbed co
 
 # %% [markdown]
 # ## What we found
-# Full run on a 2-core CPU (5 seeds of 25 trials per searcher, about 3 minutes):
-#
-# | searcher | trials to within 1 % (median) | regret at 10 trials | at 25 | OOM trials |
-# | --- | --- | --- | --- | --- |
-# | no prior | not reached in 25 (0 of 5 seeds) | 31 % | 18 % | 12.0 |
-# | prior | 21 (5 of 5) | 21 % | 0 % | 10.8 |
-# | prior + memory model | 1 (5 of 5) | 0 % | 0 % | 0.0 |
-#
-# - **The prior finds the fastest layout where the search without it is still 18 % short after
-#   25 trials.** It is wrong in its details (the table's constants differ), but it ranks the
-#   layouts' costs well, and the GP fits one weight per cost term to correct its scale.
-# - **Alone, the prior's favourites run out of memory**: with two thirds of the layouts too big,
-#   its first picks are fast layouts that do not fit, and each one costs a trial (10.8 of 25).
-#   The memory model keeps them out: with it the first trial is already the best layout, and no
-#   trial runs out of memory. Each prior-led search proposes the same first layouts whatever its
-#   seed, which is why the quartiles coincide.
-# - `benchmarks/prior_transfer.py` measures the same over 10 seeds and more tables (13B to 175B,
-#   the public BLOOM and Lucie tables), the GP's ranking (Kendall tau), and what history from a
-#   related job adds (`BayesianSearch(history=[...])`).
+# The prior finds the fastest layout where the search without it is still short after 25 trials:
+# it is wrong in its details but ranks the layouts' costs well, and the GP fits one weight per
+# cost term to correct its scale. Alone, its favourites run out of memory (most layouts are too
+# big), each costing a trial; the memory model keeps them out, so the first trial is already the
+# best layout and none runs out of memory. Prior-led searches propose the same first layouts
+# whatever the seed, so their quartiles coincide. Your figures come from the cells above; the
+# measured history is in `docs/results.md`; `benchmarks/prior_transfer.py` covers more tables.

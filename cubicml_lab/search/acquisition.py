@@ -27,10 +27,10 @@ is too rough to cut by).
 ``qLogNoisyExpectedHypervolumeImprovement`` with the reference point just below the worst
 observed values, and the improvement is read relative to the current hypervolume. BoTorch (0.18)
 compiles a fused C++ kernel of that acquisition at its first use (``-O3 -march=native``, into
-``~/.cache/torch_extensions``): 50 s on a 2-core VM, and a library tuned to one CPU in a cache
-that a cluster's nodes may share. :func:`acquisition_factory` keeps BoTorch's PyTorch
-implementation instead, which proposed the same configurations in the same time (3 seeds x 6
-asks of 2 on a 100-configuration space, 18.7 s either way, 2026-11-27).
+``~/.cache/torch_extensions``): tens of seconds at a search's first ask, and a library tuned to
+one CPU in a cache that a cluster's nodes may share. :func:`acquisition_factory` keeps BoTorch's
+PyTorch implementation instead, which proposes the same configurations in the same time (the
+measurement: ``docs/results.md``, "History moved from the code").
 
 Example:
     >>> import torch

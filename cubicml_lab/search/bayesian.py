@@ -44,20 +44,17 @@ is evaluated once per configuration (cached), through its vectorised twin when i
 **Machine drift.** A trial's stored objective (``throughput``, the default figure) is its raw
 figure corrected to the machine's nominal speed by the drift reference timed beside it, with
 :data:`~cubicml_lab.timing.DRIFT_EXPONENT` (1: all of the reference's slowdown taken out). How
-much of it a trial shares varies by machine (the 2-core AMD VM: about 0.6 of it). So the GP
+much of it a trial shares varies by machine and by configuration, so the GP
 learns the exponent per search: with each ok trial's shift ``log(objective / raw) /
 DRIFT_EXPONENT`` as a covariate (:func:`drift_covariate`), the fit's targets are ``log raw +
 s * shift`` with the slope ``s`` estimated under the fitted GP by generalised least squares
 (:meth:`~cubicml_lab.surrogate.GPPredictor.covariate_slope`), a normal prior of mean
 ``DRIFT_EXPONENT`` and sd :data:`DRIFT_PRIOR_SD`, then refitted at ``s`` (:func:`learn_drift`,
-at most :data:`DRIFT_ROUNDS` rounds). :attr:`BayesianSearch.drift_exponent` holds it. Rescored
-over 9 demo campaigns stored on that VM, the leave-one-out tau of the GP reached 0.8 in 8 (6
-with the stored figures): the two campaigns at 0.43 and 0.24 learned 0.78 and 0.54 and ranked at
-0.81 and 1.00. 10 demo campaigns searched this way (2026-11-27) reached it in 8 (5 scored on
-their stored figures), learning 0.59-1.00; and the configurations they shared, each measured in
-5-10 of them, agreed better across campaigns at each one's learned exponent than as stored
-(median standard deviation 1.42 % against 1.84 %, raw 2.07 %; lower in 7 of 8 configurations):
-``benchmarks/demo_report_noise.py``. Trials without a raw figure (a GPU's, with no CPU
+at most :data:`DRIFT_ROUNDS` rounds). :attr:`BayesianSearch.drift_exponent` holds it. A trial
+that felt less of the drift than its reference is then corrected by as much as it felt, not
+over-corrected into a false best, so the ranking and the figures shared across campaigns agree
+better than at a fixed exponent (the measurements: ``docs/results.md``, "History moved from the
+code"; ``benchmarks/demo_report_noise.py``). Trials without a raw figure (a GPU's, with no CPU
 reference) shift by 0, and a search in which no trial shifts fits the stored figures as they
 are.
 

@@ -34,14 +34,11 @@ constant, with ``a_i``, ``b`` and ``c`` fitted with the kernel by maximum likeli
 then models what the cost model misses). ``c`` is the objective's log-slope in the weighted total:
 -1 where the objective is a speed and the terms its costs per unit (seconds per token of tokens/s),
 the centre of its prior (``cost_exponent``, width :data:`COST_EXPONENT_PRIOR_SD`). Left free (a wide
-prior around 0), it shrank to about half on demo campaigns and took the effects of the knobs a fit
-never varied down with it; held near -1, 50 stored demo campaigns ranked at a mean leave-one-out tau
-of 0.778 instead of 0.752, and the shipped tables as before (within 0.01, 15 paired draws of 5, 10
-and 20 trials each; Lucie-7B seq-4k +0.07 at 5 trials); 5 demo campaigns of a noisier 2-core VM,
-0.647 instead of 0.612. It carries the physics of the workload to configurations far from the
-trials: on the shipped CPU sweeps it lifts the median Kendall tau at 10 trials from 0.47 to 0.68
-(``gpt``, with its ``features``) and from 0.11 to 0.65 (``dlrm``), and on the MPT table from 0.47 to
-0.93 (``benchmarks/predictor_quality.py``). See :func:`cubicml_lab.workloads.gpt.cost_terms`. A cost
+prior around 0), it shrinks and takes the effects of the knobs a fit never varied down with it;
+held near -1, it ranks at least as well. It carries the physics of the workload to configurations
+far from the trials, which matters most when the trials are few
+(``benchmarks/predictor_quality.py``; the measured history of this section: ``docs/results.md``,
+"History moved from the code"). See :func:`cubicml_lab.workloads.gpt.cost_terms`. A cost
 model may return a mapping of term name to value (its values are taken in order, e.g.
 ``LLMTrainingModel.cost_terms``); a bound method ``obj.m`` whose object also has ``obj.m_frame`` (a
 DataFrame of configurations -> one row each) is evaluated over many configurations in one call
@@ -52,14 +49,9 @@ a measured bf16 FLOP costs, until an fp32 trial says otherwise); else it is left
 A seen term's weight per unit has a normal prior, of width :data:`UNIT_PRIOR_SD` in log units,
 around that of the first seen term of its unit: a few trials of one precision that do not tell its
 weights apart (fp32 trials that all have 2 heads, so the attention scores per token never vary) are
-drawn towards the other precision's instead of drifting where the fit puts them. Over 23 stored demo
-campaigns (22 of a 2-core AVX-512 VM, 1 of an AVX2 one; 2026-11-28, ``predictor_report``) with the
-attention term split by precision (:func:`~cubicml_lab.workloads.gpt.cost_terms`), the leave-one-out
-tau was a mean of 0.815 at a width of 1 (14 of 23 at 0.8 or more), 0.833 at 0.5 (15) and 0.805
-without the prior (13; the 22 and the 1 scored apart, combined by hand); the gpt sweep's paired
-draws at 10 / 20 / 50 trials moved by +0.016 / -0.004 / +0.004 at 1 and +0.013 / -0.013 / -0.001 at
-0.5 (8 draws each). The wider one is kept: per-unit costs of two precisions differ more on some
-machines (an unpriced fp32 FLOP costs 30 bf16 ones on the AVX2 VM of the sweep).
+drawn towards the other precision's instead of drifting where the fit puts them. The width is 1,
+not narrower: per-unit costs of two precisions differ many times over on some machines (a CPU
+without bf16 kernels), and a narrow prior would hold them together.
 
 Derived inputs (``features``, and the cost terms): with either, the kernel is a Matern-5/2 with
 BoTorch's dimension-scaled lengthscale prior over the space's columns, then the logs of the
@@ -67,12 +59,9 @@ BoTorch's dimension-scaled lengthscale prior over the space's columns, then the 
 ``micro_batch * seq_len``: :func:`cubicml_lab.workloads.gpt.shape_features`), then the log cost
 terms, each normalised to the range the fit saw (a zero cost term sits one range below it). A
 smooth effect of a product of knobs is then a function of one input, which a product kernel
-over the knobs learns only from many more trials. On the gpt sweep at 50 trials the GP with
-the cost model and ``shape_features`` ranks at a median Kendall tau of 0.863 (0.866 with the
-4-term cost model of before), the cost model's GP of before that (an RBF kernel over the knobs
-only) at 0.809 and the plain GP at 0.813
-(``benchmarks/predictor_quality.py``, 5 draws). A scratch ablation over 10 other draws put
-each step at +0.01 to +0.02: Matern instead of RBF, the cost terms in the kernel, the features.
+over the knobs learns only from many more trials. Each step (Matern instead of RBF, the cost
+terms in the kernel, the features) adds a little to the ranking
+(``benchmarks/predictor_quality.py``).
 
 What the fit learned: :meth:`GPPredictor.cost_shares` splits each configuration's modelled
 cost between the cost model's terms (named by its ``term_names``), :meth:`GPPredictor.importance`
@@ -130,14 +119,13 @@ NOISE_FLOOR_LOG_VAR = 1e-6
 #: standardised noise the GP sees is never below this (keeps the kernel matrix well conditioned).
 STANDARDISED_NOISE_FLOOR = 1e-6
 #: L-BFGS iterations of a fit with derived inputs (``cost_model``, ``features``) unless
-#: ``max_iter`` says otherwise. Uncapped, those fits ran 350-600 iterations to creep along flat
-#: directions (13 s on 1,000 trials); capped at 100-200 they ranked as well or slightly better
-#: on every shipped table (early stopping), 3-10x faster.
+#: ``max_iter`` says otherwise. Uncapped, those fits creep along flat directions for hundreds of
+#: iterations; capped, they rank as well or slightly better (early stopping), several times faster.
 EXTRAS_MAX_ITER = 150
 #: Width of the normal prior on the cost model's log-slope around ``cost_exponent``. Fitted
-#: freely, the slope came out between -0.38 and -0.59 on 15 demo campaigns: the fit shrank the
-#: cost model's spread to half and with it the effects no other trial of a fit showed (one thread
-#: instead of two, fp32 instead of bf16), which then came out 20-40% off when left out.
+#: freely, the slope shrinks well above -1: the fit shrinks the cost model's spread and with it
+#: the effects no other trial of a fit showed (one thread instead of two, fp32 instead of bf16),
+#: which then come out far off.
 COST_EXPONENT_PRIOR_SD = 0.5
 #: Width of the normal prior, in log units, on how far a cost term's weight per unit (its cost
 #: per FLOP, per score, ...) lies from that of the fit's first seen term of the same unit
