@@ -411,3 +411,20 @@ def test_ctrl_c_ends_every_subcommand_with_130_and_one_line(tmp_path, big_store)
         lines = err.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith(f"cubicml-lab {name}: "), (name, err)
         assert "Traceback" not in err and "interrupted" in lines[0], (name, err)
+
+
+def test_a_config_template_is_read_bounded_like_every_file(tmp_path):
+    """A Command's config template: a FIFO is refused at once, a YAML alias bomb before it is
+    built, each as a ConfigError naming config_file."""
+    from cubicml_lab.workloads.config_files import load_config
+
+    fifo = tmp_path / "train.yaml"
+    os.mkfifo(fifo)  # reading it would block forever
+    bomb = tmp_path / "bomb.yaml"
+    rows = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    rows += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, 6)]
+    bomb.write_text("\n".join(rows) + "\n")
+    for path, why in ((fifo, "not a regular file"), (bomb, "expands to more than")):
+        with pytest.raises(ConfigError, match=why) as err:
+            load_config(path)
+        assert "config_file" in str(err.value)

@@ -25,9 +25,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from .._bounds import load_yaml, read_regular
+from .._params import brief
 from ..errors import ConfigError
 
-__all__ = ["FORMATS", "dump_config", "load_config", "set_dotted"]
+__all__ = ["FORMATS", "MAX_CONFIG_BYTES", "dump_config", "load_config", "set_dotted"]
+
+#: Largest config template read (a training config is a few KiB).
+MAX_CONFIG_BYTES = 4 << 20
 
 #: File suffix -> format.
 FORMATS = {".yaml": "yaml", ".yml": "yaml", ".toml": "toml", ".json": "json"}
@@ -51,24 +56,24 @@ def load_config(path: str | os.PathLike[str]) -> dict[str, Any]:
     """
     path = Path(path)
     fmt = _format(path.name)
+    raw = read_regular(path, what="config_file", max_bytes=MAX_CONFIG_BYTES, error=ConfigError,
+                       hint="pass the path of an existing template file (a regular file)")
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as err:
-        raise ConfigError(f"cannot read config_file {os.fspath(path)!r}: {err.strerror}",
-                          hint="pass the path of an existing template file") from None
-    try:
+        text = raw.decode("utf-8")
         if fmt == "toml":
             import tomllib
 
             data: Any = tomllib.loads(text)
-        elif fmt == "yaml":
-            import yaml
-
-            data = yaml.safe_load(text)
+        elif fmt == "yaml":  # bounded alias expansion, like every YAML file the lab reads
+            data = load_yaml(text, what=f"config_file {brief(os.fspath(path))}",
+                             error=ConfigError)
         else:
             data = json.loads(text)
+    except ConfigError:
+        raise
     except Exception as err:  # noqa: BLE001 - each parser has its own error type
-        raise ConfigError(f"config_file {os.fspath(path)!r} is not valid {fmt.upper()}: {err}",
+        raise ConfigError(f"config_file {brief(os.fspath(path))} is not valid {fmt.upper()}: "
+                          f"{str(err)[:200]}",
                           hint="fix the template; the lab only sets the keys you name") from None
     if not isinstance(data, dict):
         raise ConfigError(f"config_file {os.fspath(path)!r} holds a {type(data).__name__}, "
