@@ -201,7 +201,9 @@ explorer
 # The same campaign as a file: `cubicml-lab run runs/04_codesign.yaml` starts or resumes it in
 # a terminal (tmux, or a job of its own), while this notebook watches its store with
 # `cml.widgets.CampaignDashboard.from_store(store, name, refresh_s=10)`. The file names the
-# space, workload, launcher, searcher, budget and store; nothing in it is executed.
+# space, workload, launcher, searcher, budget and store. It names no program of its own, so it
+# runs as it is; a file that does (a command, an interpreter, environment or Slurm setup lines)
+# is refused with the list of what it would run until you pass `--allow-programs`.
 
 # %%
 path = campaign.to_yaml(RUNS / "04_codesign.yaml", budget=2 * BUDGET)
