@@ -116,8 +116,10 @@ def contention_note(trials: Any, *, cores: int | None = None,
         return None
     others = sorted(float(r["others_cpu"]) for r in flagged
                     if _finite(r.get("others_cpu")))
-    used = (f"other work used {others[len(others) // 2]:.1f} of {cores or _cores()} cores"
-            if others else f"on {cores or _cores()} cores")
+    middle = others[len(others) // 2] if others else 0.0
+    # a share that rounds to 0.0 would contradict the flag (windows slowed in short bursts)
+    used = (f"other work used {middle:.1f} of {cores or _cores()} cores" if middle >= 0.05
+            else f"on {cores or _cores()} cores")
     if single:
         beside = trials.get("contended_windows")
         used += f"; {_windows(beside)} timed beside them" if _finite(beside) else ""

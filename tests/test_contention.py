@@ -453,6 +453,8 @@ def test_one_line_says_how_many_trials_were_flagged_and_what_to_do() -> None:
     assert "or run it with --wait-for-idle-s 60 to" in contention_note(
         rows, wait_option="run it with --wait-for-idle-s 60")
     assert "every figure is flagged" in contention_note(rows[:2])
+    quiet = [{"status": "ok", **busy, "others_cpu": 0.01}]  # a share that rounds to 0.0
+    assert "(on 2 cores)" in contention_note(quiet, cores=2)  # never 'used 0.0 of 2 cores'
 
     one = TrialResult(status="ok", hardware={}, workload="gpt", metrics={
         "tokens_per_s": 392.0, "throughput_rel_ci": math.inf, "steps_timed": 1.0,
