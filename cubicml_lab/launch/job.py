@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import CubicMLError, LaunchError
+from ..report import ENV_VAR
 from .guarded import GuardedProcess
 from .process import group_members, new_trial_dir
 from .subprocess import log_tail
@@ -43,8 +44,8 @@ if TYPE_CHECKING:
 
 __all__ = ["METRICS_ENV", "PACKAGES", "run_command"]
 
-#: The environment variable naming the metrics file (see ``cubicml_lab.report``).
-METRICS_ENV = "CUBICML_LAB_METRICS"
+#: The environment variable naming the metrics file: :data:`cubicml_lab.report.ENV_VAR`.
+METRICS_ENV = ENV_VAR
 #: Packages whose versions a command trial records, where the job's Python has them.
 PACKAGES = ("torch", "transformers", "accelerate", "torchtitan", "lightning",
             "pytorch-lightning", "megatron-core", "nemo-toolkit", "deepspeed", "cubicml-lab")
