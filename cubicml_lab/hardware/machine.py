@@ -265,8 +265,8 @@ def _bench_matmul_flops(precision: str, n: int = 1024, seconds: float = 0.5) -> 
     """Best FLOP/s of ``n x n`` matmuls over 5 slices of ``seconds / 5``, current torch threads.
 
     Where one such matmul would take more than a slice (a dtype this CPU has no fast kernel
-    for: bf16 ran at 0.74 GFLOP/s against 68 in fp32 on a 2-core AVX2-only EPYC, 2.9 s per
-    1024-square matmul, so the benchmark took about 20 s), ``n`` shrinks (a multiple of 64, at
+    for, such as bf16 on a CPU without bf16 instructions, where it can be ~100x slower than
+    fp32), ``n`` shrinks (a multiple of 64, at
     least 128) until one fits in half a slice, as a 256-square probe predicts.
 
     A slice whose threads waited for a core (:class:`~cubicml_lab.hardware.CpuContention`) is

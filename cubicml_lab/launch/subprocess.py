@@ -23,15 +23,14 @@ over :class:`~cubicml_lab.launch.InProcess`:
 * **Memory limit**: ``memory_limit_gib`` caps the trial's *virtual address space*
   (``RLIMIT_AS``), set by the trial process before it imports torch. A trial that exceeds it comes
   back as ``"oom"``. RLIMIT_AS counts reserved, not resident, memory, and torch reserves a lot:
-  on a 2-core Linux box with torch 2.13 (CPU), importing torch needs about 0.65 GiB of address
-  space and a tiny gpt trial about 0.7 GiB (found by running ``Subprocess(memory_limit_gib=x)``
-  on a tiny config for x from 0.5 up); below that OpenBLAS aborts at import, which is reported
-  as ``"oom"`` too. The floor grows with the thread count (per-thread BLAS buffers, stacks and
+  importing torch alone needs the better part of a GiB of address space (find the floor on a
+  machine by running ``Subprocess(memory_limit_gib=x)`` on a tiny config for rising x); below
+  it OpenBLAS aborts at import, which is reported as ``"oom"`` too. The floor grows with the thread count (per-thread BLAS buffers, stacks and
   malloc arenas), so give at least 2 GiB plus what the config needs.
 
-Cost: an interpreter start per trial. On that 2-core box a tiny gpt trial takes about 4.1 s from
-launch to result against 0.4 s in process: importing torch takes about 2 s and the first
-``torch.optim`` optimizer loads ``torch._dynamo`` for another 1.5 s; the guard adds about 20 ms. The
+Cost: an interpreter start per trial: importing torch, and the first ``torch.optim`` optimizer
+loading ``torch._dynamo``, take seconds that an in-process trial does not pay (the figures are on
+the results page in ``docs/``). The
 child's stdout and stderr go to files in its folder (``cubicml-trial-<owner pid>-...`` in the temp
 directory), never to the console, and the folder is removed when the trial is done.
 

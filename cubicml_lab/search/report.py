@@ -101,10 +101,9 @@ class BayesianReport(BayesianModels):
         Of the configurations measured ok, the one with the highest posterior mean (by
         direction), and that mean in the objective's units. Under noise the best single
         measurement (:meth:`best`) is biased: it won partly by its own noise. The posterior mean
-        weighs each figure by the noise it was told with and by its neighbours' figures. Over 73
-        demo campaigns stored on a 2-core VM, the best measurement was micro-batch 32, 2 heads,
-        bf16, no recompute in 62; the highest posterior mean (the demo's prior, the told noise)
-        picked it in 69. A configuration measured only with flagged figures
+        weighs each figure by the noise it was told with and by its neighbours' figures (how
+        often each rule picks the same configuration over stored demo campaigns: the results
+        page in ``docs/``). A configuration measured only with flagged figures
         (:func:`~cubicml_lab.trials.figure_flag`: contended, or no interval) is not picked while
         another exists. Falls back to :meth:`best` while the GP cannot be
         fitted (fewer than 2 distinct ok configurations, a second objective, a failed fit).

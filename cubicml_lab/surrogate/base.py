@@ -35,7 +35,7 @@ def one_thread() -> Iterator[None]:
     Fitting a small model (a GP's hyperparameters on at most a few hundred trials, a small MLP)
     is a long chain of tiny tensor operations: a second thread cannot speed them up, and when the
     other cores are busy (a trial running beside the search, a notebook kernel) the threads'
-    hand-offs made fits 5-30x slower on the 2-core machine this was measured on. Note that the
+    hand-offs make fits several times slower. Note that the
     setting is process-wide: an in-process trial running in another thread at that moment sees
     it too (use the subprocess launcher to measure beside a search).
     """
