@@ -315,24 +315,10 @@ def run_demo(budget: int = 14, store: str | os.PathLike[str] = "data/demo.sqlite
     import matplotlib
 
     matplotlib.use("Agg")
-    from .launch import InProcess, Repeated, Subprocess
-    from .timing import MeasureOptions, hardware_info
-    from .plots import campaign_figure
     from .search import BayesianSearch
+    from .timing import hardware_info
 
-    if isinstance(max_time_s, bool) or not isinstance(max_time_s, (int, float)) \
-            or not 0 < max_time_s < math.inf:  # refused before any trial runs
-        raise MeasurementError(f"max_time_s = {max_time_s!r} must be a number of seconds > 0",
-                               hint=f"the demo's default: {DEMO_MEASURE['max_time_s']} "
-                                    "(cubicml-lab demo --max-time-s 6)")
-    runner: Launcher = InProcess()  # built first: a bad ``processes`` is refused before the store
-    if launcher == "subprocess":
-        runner = Repeated(Subprocess(timeout_s=120), processes=processes,
-                          share_budget=SHARE_BUDGET, keep=DEMO_KEEP)
-    measure = {**DEMO_MEASURE, "max_time_s": max_time_s}
-    if wait_for_idle_s:
-        measure["wait_for_idle_s"] = wait_for_idle_s
-    MeasureOptions.from_dict(measure)  # a bad wait is refused before the store is made
+    runner, measure = _demo_launcher(launcher, max_time_s, processes, wait_for_idle_s)
     space = demo_space()
     hw = hardware_info("cpu")
     name = campaign or time.strftime("demo-%Y%m%d-%H%M%S")
@@ -341,6 +327,50 @@ def run_demo(budget: int = 14, store: str | os.PathLike[str] = "data/demo.sqlite
     print(f"space: {space.size()} configurations of {', '.join(space.names)}; budget {budget} "
           f"trials; store {store}; campaign {name!r}")
     print(f"default configuration (trial 1): {DEFAULT_CONFIG}")
+    prior = _demo_cost_model()
+    search = BayesianSearch(space, objective="throughput", seed=seed, **prior)
+    trial_store = TrialStore(store)
+    camp = Campaign(name, space, workload="gpt", launcher=runner, searcher=search,
+                    store=trial_store, measure_options=measure, reference=DEFAULT_CONFIG)
+    t0 = time.perf_counter()
+    df = camp.run(budget, progress=progress, full=True)  # every field: the report reads them
+    elapsed = time.perf_counter() - t0
+    try:
+        summary, fig = _report_demo(camp, search, df, prior, hw, out, seed, processes)
+    finally:
+        trial_store.close()
+    summary.update({"campaign": name, "store": str(store), "elapsed_s": elapsed,
+                    "processes": getattr(runner, "processes", 1)})
+    print(f"campaign took {elapsed:.0f} s; figure written to {summary['figure']}")
+    return summary, fig
+
+
+def _demo_launcher(launcher: str, max_time_s: float, processes: int, wait_for_idle_s: float
+                   ) -> tuple[Launcher, dict[str, Any]]:
+    """The demo's launcher and measurement options, each argument checked before any store or
+    trial exists (a bad ``processes`` or wait is refused here)."""
+    from .launch import InProcess, Repeated, Subprocess
+    from .timing import MeasureOptions
+
+    if isinstance(max_time_s, bool) or not isinstance(max_time_s, (int, float)) \
+            or not 0 < max_time_s < math.inf:
+        raise MeasurementError(f"max_time_s = {max_time_s!r} must be a number of seconds > 0",
+                               hint=f"the demo's default: {DEMO_MEASURE['max_time_s']} "
+                                    "(cubicml-lab demo --max-time-s 6)")
+    runner: Launcher = InProcess()
+    if launcher == "subprocess":
+        runner = Repeated(Subprocess(timeout_s=120), processes=processes,
+                          share_budget=SHARE_BUDGET, keep=DEMO_KEEP)
+    measure = {**DEMO_MEASURE, "max_time_s": max_time_s}
+    if wait_for_idle_s:
+        measure["wait_for_idle_s"] = wait_for_idle_s
+    MeasureOptions.from_dict(measure)
+    return runner, measure
+
+
+def _demo_cost_model() -> dict[str, Any]:
+    """The demo's prior from this CPU's measured rates (:func:`demo_prior`), with a line saying
+    what it prices and whether the rates could be measured."""
     flop_cost, score_cost = cpu_fp32_flop_cost(), cpu_fp32_score_cost()
     n, scaling = _max_threads(), cpu_thread_scaling()
     threads = f", and {n} threads speed its matmuls up {n ** scaling:.2f}x" if n > 1 else ""
@@ -351,25 +381,27 @@ def run_demo(budget: int = 14, store: str | os.PathLike[str] = "data/demo.sqlite
     else:
         print(f"cost model: {_costlier(flop_cost, 'FLOP')} here (this CPU's matmul rates), "
               f"{_costlier(score_cost, 'attention score')} (its attention kernel's){threads}")
-    prior = demo_prior(flop_cost, fp32_score_cost=score_cost, thread_scaling=scaling)
-    search = BayesianSearch(space, objective="throughput", seed=seed, **prior)
-    trial_store = TrialStore(store)
-    camp = Campaign(name, space, workload="gpt", launcher=runner, searcher=search,
-                    store=trial_store, measure_options=measure, reference=DEFAULT_CONFIG)
-    t0 = time.perf_counter()
-    df = camp.run(budget, progress=progress, full=True)  # every field: the report reads them
-    elapsed = time.perf_counter() - t0
+    return demo_prior(flop_cost, fp32_score_cost=score_cost, thread_scaling=scaling)
 
+
+def _report_demo(camp: Campaign, search: Any, df: Any, prior: dict[str, Any],
+                 hw: dict[str, Any], out: str | os.PathLike[str], seed: int, processes: int
+                 ) -> tuple[dict[str, Any], matplotlib.figure.Figure]:
+    """Print what the demo campaign found (the trial table, the predictor's leave-one-out
+    figures, the best configuration and its speed-up), save ``demo.png`` and return the
+    summary and the figure."""
     import pandas as pd
+
+    from .plots import campaign_figure
 
     with pd.option_context("display.width", 160, "display.max_columns", 20):
         print("\nall trials:")
-        print(summary_table(df, space).to_string())
+        print(summary_table(df, camp.space).to_string())
     note = contention_note(df, wait_option="run cubicml-lab demo --wait-for-idle-s "
                                            f"{SUGGESTED_IDLE_WAIT_S}")
     if note:
         print(f"\n{note}")
-    report = predictor_report(df, space, seed=seed, **prior)
+    report = predictor_report(df, camp.space, seed=seed, **prior)
     best_cfg, best_estimate = search.recommend()
     best_value = camp.measured_value(best_cfg)
     top_cfg, top_value = camp.best()
@@ -382,6 +414,24 @@ def run_demo(budget: int = 14, store: str | os.PathLike[str] = "data/demo.sqlite
     out_dir.mkdir(parents=True, exist_ok=True)
     fig_path = out_dir / "demo.png"
     fig.savefig(fig_path, dpi=120)
+    _print_findings(camp, df, report, (best_cfg, best_value, best_estimate),
+                    (top_cfg, top_value), default_value, speedup, processes)
+    summary = {"figure": str(fig_path), "best": best_cfg,
+               "best_tokens_per_s": best_value, "best_estimate": best_estimate,
+               "top_measured": top_cfg, "top_measured_tokens_per_s": top_value,
+               "default_tokens_per_s": default_value,
+               "speedup": speedup, "kendall_tau": report["kendall_tau"],
+               "drift_exponent": report.get("drift_exponent"), "trials": len(df),
+               "stop_reason": camp.stop_reason}
+    return summary, fig
+
+
+def _print_findings(camp: Campaign, df: Any, report: dict[str, Any], best: tuple, top: tuple,
+                    default_value: float | None, speedup: float | None, processes: int) -> None:
+    """The demo's closing lines: the predictor's leave-one-out figures, the recommended and the
+    highest measured configuration, the speed-up over the default, and the processes' spread."""
+    best_cfg, best_value, best_estimate = best
+    top_cfg, top_value = top
     flagged = f" ({report['flagged']} flagged contended)" if report["flagged"] else ""
     drift = report.get("drift_exponent")
     learned = "" if drift is None else (f"; it took {drift:.2f} of each trial's drift "
@@ -405,14 +455,3 @@ def run_demo(budget: int = 14, store: str | os.PathLike[str] = "data/demo.sqlite
                 f"{slopes.median():.2f})" if len(slopes) else "")
         print(f"each trial ran in {processes} fresh processes{felt}; their figures lay a "
               f"median {100 * spread.median():.1f}% apart (largest {100 * spread.max():.1f}%)")
-    print(f"campaign took {elapsed:.0f} s; figure written to {fig_path}")
-    summary = {"campaign": name, "store": str(store), "figure": str(fig_path), "best": best_cfg,
-               "best_tokens_per_s": best_value, "best_estimate": best_estimate,
-               "top_measured": top_cfg, "top_measured_tokens_per_s": top_value,
-               "default_tokens_per_s": default_value,
-               "speedup": speedup, "kendall_tau": report["kendall_tau"],
-               "drift_exponent": report.get("drift_exponent"), "trials": len(df),
-               "elapsed_s": elapsed, "stop_reason": camp.stop_reason,
-               "processes": getattr(runner, "processes", 1)}
-    trial_store.close()
-    return summary, fig
