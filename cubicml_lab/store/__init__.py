@@ -33,11 +33,15 @@ analysis (one column per knob, metric and hardware field); it cannot be imported
 never overwrites a store: its own file (under any spelling or link) and any SQLite file are
 refused.
 
-Modules, importing one way (core -> tables -> schema; an import-linter contract keeps it so):
-:mod:`~cubicml_lab.store.schema` (tables, statuses, the :class:`Trial` record, opening a file,
-value checks and JSON encoding), :mod:`~cubicml_lab.store.tables` (tidy DataFrame, raw CSV/Parquet
-files), :mod:`~cubicml_lab.store.core` (:class:`TrialStore`: campaigns, the trial lifecycle, and
-the SQL behind export and import).
+Modules, importing one way (core -> lifecycle -> campaigns -> connection, tables -> raw_row ->
+schema; an import-linter contract keeps it so): :mod:`~cubicml_lab.store.schema` (tables,
+statuses, the :class:`Trial` record, opening a file, value checks and JSON encoding),
+:mod:`~cubicml_lab.store.tables` (tidy DataFrame, raw CSV/Parquet files),
+:mod:`~cubicml_lab.store.raw_row` (one imported raw row, checked),
+:mod:`~cubicml_lab.store.connection` (the connection, its lock, one transaction per write),
+:mod:`~cubicml_lab.store.campaigns` (the campaigns table), :mod:`~cubicml_lab.store.lifecycle`
+(the trial lifecycle's writes, :class:`NoRoom`), :mod:`~cubicml_lab.store.core`
+(:class:`TrialStore`: opening a file, reading trials, and the SQL behind export and import).
 """
 
 from .core import NoRoom, TrialStore

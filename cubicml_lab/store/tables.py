@@ -27,20 +27,17 @@ from __future__ import annotations
 
 import contextlib
 import csv
-import json
 import math
 import os
 import threading
-import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import DependencyError, StoreError
 from ..trials import error_summary, is_contended
-from .schema import (_SQLITE_MAGIC, STATUSES, Trial, _check_config, _check_mapping,
-                     _check_metrics, _check_name, _check_path, _check_status, _check_text,
-                     _check_time, _dumps, _show)
+from .raw_row import parse_row
+from .schema import _SQLITE_MAGIC, Trial, _check_path
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -212,7 +209,8 @@ def write_raw(path: Path, kind: str, rows: list[tuple[Any, ...]]) -> Path:
 
 def read_raw(path: object, target: str | None) -> list[dict[str, Any]]:
     """Read and validate every row of a raw file, in the order of its ``trial_id``; each row
-    is a dict of insertable values (see :func:`_parse_row`). Nothing is written here."""
+    is a dict of insertable values (see :func:`~cubicml_lab.store.raw_row.parse_row`). Nothing
+    is written here."""
     path, kind = _file_kind(path)
     if not path.is_file():
         raise StoreError(f"no file {path} to import", hint="check the path")
@@ -226,7 +224,7 @@ def read_raw(path: object, target: str | None) -> list[dict[str, Any]]:
                          f"unknown columns {unknown}" + (f", repeated columns {twice}" if twice
                                                          else ""),
                          hint=f"the raw form (store.export) has columns {list(_RAW_COLUMNS)}")
-    return sorted((_parse_row(row, i, path, target) for i, row in enumerate(raw, start=1)),
+    return sorted((parse_row(row, i, path, target) for i, row in enumerate(raw, start=1)),
                   key=lambda r: r["order"])
 
 
@@ -379,74 +377,3 @@ def _pandas_for_parquet() -> Any:
         raise DependencyError(f"Parquet needs pandas and pyarrow: {err}",
                               hint="pip install pandas pyarrow, or export to .csv") from err
     return pd
-
-
-def _parse_row(row: Mapping[str, Any], index: int, path: Path,
-               target: str | None) -> dict[str, Any]:
-    """Validate one raw row into insertable values; errors name the file, row and column."""
-    def cell(name: str) -> Any:
-        value = row.get(name)
-        if value is None or (isinstance(value, str) and not value) or (
-                isinstance(value, float) and math.isnan(value)):
-            return None
-        if not isinstance(value, (str, int, float)):  # e.g. a Parquet list or bytes column
-            raise fail(name, f"{_show(value)} is a {type(value).__name__}, not text or a number")
-        return value
-
-    def fail(name: str, problem: str) -> StoreError:
-        return StoreError(f"{path} row {index}, column {name!r}: {problem}",
-                          hint="fix the file; nothing was imported")
-
-    def number(name: str, what: str = "finite unix seconds") -> float | None:
-        value = cell(name)
-        try:
-            return _check_time(None if value is None else float(value), name)
-        except (TypeError, ValueError, OverflowError, StoreError):
-            raise fail(name, f"{_show(value)} is not {what}") from None
-
-    def text(name: str) -> str | None:
-        value = cell(name)
-        return None if value is None else str(value)
-
-    def json_text(name: str, check: Any, default: str | None) -> str | None:
-        value = cell(name)
-        if value is None:
-            return default
-        try:
-            return _dumps(check(json.loads(str(value)), name))
-        except (ValueError, StoreError) as err:
-            raise fail(name, f"{err}") from None
-        except RecursionError:
-            raise fail(name, "the JSON nests too deeply") from None
-
-    def checked(name: str, check: Any, *args: Any) -> Any:
-        try:
-            return check(*args)
-        except StoreError as err:
-            raise fail(name, err.message) from None
-
-    campaign = target or checked("campaign", _check_name, text("campaign"))
-    status = checked("status", _check_status, text("status"), STATUSES)
-    config = json_text("config", lambda value, _: _check_config(value), None)
-    if config is None:
-        raise fail("config", "empty; a trial needs its config as JSON text")
-    order, created_at = number("trial_id", "a trial id"), number("created_at")
-    hardware = json_text("hardware", _check_mapping, "{}")
-    started_at, ended_at = number("started_at"), number("ended_at")
-    if status in ("pending", "running"):  # interrupted: run again, never a process to signal
-        kept = {k: v for k, v in json.loads(hardware).items() if k != "process"}
-        hardware = _dumps(kept)
-        status, started_at, ended_at = "pending", None, None
-    return {"order": index if order is None else order, "campaign": campaign, "status": status,
-            "config": config,
-            "metrics": json_text("metrics", lambda value, _: _check_metrics(value), "{}"),
-            "hardware": hardware,
-            "workload": checked("workload", _check_text, text("workload") or "", "workload"),
-            "workload_version": checked("workload_version", _check_text,
-                                        text("workload_version") or "", "workload_version"),
-            "created_at": time.time() if created_at is None else created_at,
-            "started_at": started_at, "ended_at": ended_at,
-            "error": text("error"),
-            "campaign_workload": text("campaign_workload") or "",
-            "campaign_space": json_text("campaign_space", _check_mapping, None),
-            "campaign_metadata": json_text("campaign_metadata", _check_mapping, None)}

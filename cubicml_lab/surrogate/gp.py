@@ -91,15 +91,10 @@ import numpy as np
 from .._params import brief
 from ..errors import PredictorError
 from .base import _as_float_array, one_thread
+from .derived import extra_shapes, log_values, model_with_extras
 from .fitted import _CHOLESKY_MAX, FittedGP
-from .kernels import (
-    cost_mean_class,
-    hyperparameters,
-    index_columns,
-    matern_with_floor,
-    one_hot_to_index,
-)
-from .terms import batch_method, evaluate_many, raise_bad_row, units_of
+from .kernels import hyperparameters, index_columns, matern_with_floor, one_hot_to_index
+from .terms import batch_method, evaluate_many
 
 # the names these had here before the module was split (tests import some of them)
 _matern_with_floor, _one_hot_to_index = matern_with_floor, one_hot_to_index
@@ -263,32 +258,9 @@ class GPPredictor(FittedGP):
             parts += [costs, costs]
         return torch.cat(parts, dim=1)
 
-    @staticmethod
-    def _logs(name: str, fn: Callable[[dict], Any], configs: list[dict], what: str,
-              expected: int) -> torch.Tensor:
-        """log of ``fn(config)`` for each config, shape (n, k), checked: ``features`` must be
-        > 0, ``cost_model`` terms >= 0 with at least one > 0 (a zero term's log, -inf, is
-        left out of the mean's sum and put below the smallest value in the kernel)."""
-        import torch
-
-        positive = name == "features"
-        rows = evaluate_many(name, fn, configs, what)
-        try:  # one array for all rows: 50,000 candidates are checked in milliseconds
-            values = np.asarray(rows, dtype=np.float64).reshape(len(rows), -1)
-        except (TypeError, ValueError):  # ragged rows or not numbers: name the first odd one
-            width = np.size(rows[0])
-            bad = next((i for i, r in enumerate(rows) if np.size(r) != width), 0)
-            raise_bad_row(name, rows[bad], bad, what, positive, width)
-        good = np.isfinite(values) & (values > 0 if positive else values >= 0)
-        bad_rows = ~good.all(axis=1) | ~(values > 0).any(axis=1)
-        if bad_rows.any():
-            bad = int(np.argmax(bad_rows))
-            raise_bad_row(name, rows[bad], bad, what, positive, values.shape[1])
-        if expected and values.shape[1] != expected:
-            raise PredictorError(f"{name} returned {values.shape[1]} values, the fit had "
-                                 f"{expected}", hint="return the same number of values")
-        with np.errstate(divide="ignore"):
-            return torch.as_tensor(np.log(values), dtype=torch.float64)
+    #: log of ``fn(config)`` per config, checked
+    #: (:func:`~cubicml_lab.surrogate.derived.log_values`).
+    _logs = staticmethod(log_values)
 
     def _cat_blocks(self) -> list[tuple[int, int]]:
         """(first column, number of columns) of each Choice parameter's one-hot block, when
@@ -436,39 +408,16 @@ class GPPredictor(FittedGP):
 
     def _set_extra_shapes(self, X: torch.Tensor, first: dict) -> None:
         """From the training inputs: how many features and cost terms, the kernel's bounds of
-        their log columns (finite min and max) and the mean's centring of the cost terms."""
-        import torch
-
+        their log columns and the mean's centring of the cost terms
+        (:func:`~cubicml_lab.surrogate.derived.extra_shapes`)."""
         n_space = self.space.encoded_bounds().shape[1]
         self._n_feats = 0 if self.features is None else \
             self._logs("features", self.features, [first], "configs", 0).shape[1]
-        self._n_terms = (X.shape[1] - n_space - self._n_feats) // 2
-        kernel_cols = X[:, n_space:n_space + self._n_feats + self._n_terms]
-        finite = torch.isfinite(kernel_cols)
-        lo = torch.where(finite, kernel_cols, torch.inf).min(0).values
-        hi = torch.where(finite, kernel_cols, -torch.inf).max(0).values
-        lo = torch.where(torch.isfinite(lo), lo, 0.0)  # a term that is 0 on every trial
-        hi = torch.where(hi > lo, hi, lo + 1.0)
-        self._extra_bounds = torch.stack([lo, hi])
+        shapes = extra_shapes(X, n_space, self._n_feats, self.cost_model, UNIT_PRIOR_SD)
+        self._n_terms, self._extra_bounds = shapes.n_terms, shapes.bounds
         if self._n_terms:
-            logs = X[:, -self._n_terms:]
-            finite = torch.isfinite(logs)  # a zero term (log = -inf) is left out of its mean
-            shift = torch.where(finite, logs, 0.0).sum(0) / finite.sum(0).clamp_min(1)
-            # a term 0 on every trial of the fit has no weight to learn: weighed as a seen term
-            # of the same unit, else left out of the mean (at its prior weight and its own scale
-            # it outweighed the others a million-fold on a new config)
-            seen = finite.any(0)
-            units = units_of(self.cost_model, self._n_terms)
-            # each term's anchor: the first seen term of its unit (itself without units)
-            anchor = [j if units is None else next(
-                (i for i in range(self._n_terms) if seen[i] and units[i] == units[j]), j)
-                for j in range(self._n_terms)]
-            src = [j if seen[j] else anchor[j] for j in range(self._n_terms)]
-            self._cost_src = torch.tensor(src)
-            self._cost_shift = torch.where(seen, shift, torch.inf)[self._cost_src]
-            # and a seen term's weight per unit is drawn towards its anchor's
-            self._cost_pairs = [] if UNIT_PRIOR_SD is None else [
-                (j, anchor[j]) for j in range(self._n_terms) if seen[j] and anchor[j] != j]
+            self._cost_shift, self._cost_src = shapes.shift, shapes.src
+            self._cost_pairs = shapes.pairs
 
     def _build(self, X: torch.Tensor, Y: torch.Tensor, Yvar: torch.Tensor | None,
                bounds: torch.Tensor) -> Any:
@@ -478,7 +427,11 @@ class GPPredictor(FittedGP):
 
         cat_dims = [i for i, _ in index_columns(self._cat_blocks())]
         if self._extra_bounds is not None:
-            return self._build_with_extras(X, Y, Yvar, bounds)
+            return model_with_extras(
+                X, Y, Yvar, bounds, n_terms=self._n_terms, shift=self._cost_shift,
+                src=self._cost_src, pairs=self._cost_pairs,
+                exponent=self.cost_exponent if self.log_objective else None,
+                exponent_prior_sd=COST_EXPONENT_PRIOR_SD, unit_prior_sd=UNIT_PRIOR_SD)
         if cat_dims:
             cont = [i for i in range(X.shape[-1]) if i not in cat_dims]
             return MixedSingleTaskGP(
@@ -488,44 +441,3 @@ class GPPredictor(FittedGP):
         return SingleTaskGP(X, Y, train_Yvar=Yvar,
                             input_transform=Normalize(X.shape[-1], bounds=bounds),
                             outcome_transform=Standardize(m=1))
-
-    def _build_with_extras(self, X: torch.Tensor, Y: torch.Tensor, Yvar: torch.Tensor | None,
-                           bounds: torch.Tensor) -> Any:
-        """A SingleTaskGP with derived inputs (module doc): a Matern-5/2 kernel with BoTorch's
-        dimension-scaled lengthscale prior over the space's columns, the log features and the
-        log cost terms (normalised to the fit's range; a zero term sits one range below it),
-        and, with a cost model, the cost model's mean of the log cost terms appended last."""
-        import torch
-        from botorch.models import SingleTaskGP
-        from botorch.models.transforms import Normalize, Standardize
-
-        d, k = X.shape[-1], self._n_terms
-        kernel_cols = list(range(d - k))
-        exponent = self.cost_exponent if self.log_objective else None
-        # the slope's prior is in log units of the objective; the mean's output is standardised
-        spread = float(Y.std()) if len(Y) > 1 else 0.0
-        scale = 1.0 / spread if exponent is not None and spread > 0 else 1.0
-        prior = (0.0, 2.0) if exponent is None else (exponent, COST_EXPONENT_PRIOR_SD)
-        model = SingleTaskGP(
-            X, Y, train_Yvar=Yvar, covar_module=matern_with_floor(kernel_cols),
-            mean_module=cost_mean_class()(self._cost_shift, self._cost_src, scale, prior,
-                                           self._cost_pairs, UNIT_PRIOR_SD)
-            if k else None,
-            input_transform=Normalize(d, bounds=bounds, indices=kernel_cols),
-            outcome_transform=Standardize(m=1))
-        if not k:
-            return model
-        with torch.no_grad():
-            t = model.train_targets
-            model.mean_module.b.fill_(float(t.mean()))
-            if exponent is not None:
-                model.mean_module.c.fill_(exponent)
-                return model
-            # start from the least-squares line of the (standardised) targets on the log total
-            # cost with equal weights, so that c has the right sign for throughput and time alike
-            z = torch.logsumexp(X[:, -k:] - self._cost_shift, dim=-1)
-            z = z - z.mean()
-            slope = float((z * (t - t.mean())).sum() / (z * z).sum().clamp_min(1e-12))
-            model.mean_module.c.fill_(slope)
-        return model
-
