@@ -5,7 +5,8 @@ lists its values when discrete, draws one uniformly, and encodes to floats for a
 An :class:`Int` never lists its range: its ``values()`` is a lazy ``range`` (length, membership and
 index in constant time), so ``Int("x", 0, 10**12)`` samples, checks and encodes as fast as
 ``Int("x", 0, 10)``. Integer bounds stay within ``±2**53`` (:data:`MAX_INT`), the integers a
-float64 encoding holds exactly.
+float64 encoding holds exactly. The checks of a parameter's arguments (names, bounds, value
+lists) are in :mod:`cubicml_lab._param_checks`.
 
 ========== ============================== ==========================
 type       values                         encoded as
@@ -26,146 +27,33 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-import keyword
 import math
 import random
-import reprlib
-import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from ._param_checks import (
+    MAX_INT,
+    MAX_NAME_CHARS,
+    MAX_VALUE_CHARS,
+    MAX_VALUES,
+    as_int,
+    brief,
+    check_flag,
+    check_name,
+    check_values,
+    finite,
+    int_bound,
+    scalar,
+)
 from .errors import SpaceError
 
-__all__ = ["MAX_INT", "MAX_NAME_CHARS", "PARAM_TYPES", "Bool", "Choice", "Float", "Int",
-           "Ordinal", "Parameter",
-           "PowerOfTwo", "brief", "check_name", "param_from_dict"]
+__all__ = ["MAX_INT", "MAX_NAME_CHARS", "MAX_VALUES", "MAX_VALUE_CHARS", "PARAM_TYPES", "Bool",
+           "Choice", "Float", "Int", "Ordinal", "Parameter", "PowerOfTwo", "brief", "check_name",
+           "param_from_dict"]
 
 Scalar = int | float | str | bool
-
-#: Largest magnitude of an Int or PowerOfTwo bound: float64 (the encoding) holds every integer up
-#: to 2**53 exactly, and no integer beyond it.
-MAX_INT = 2**53
-
-
-class _Brief(reprlib.Repr):
-    def repr_int(self, x: int, level: int) -> str:
-        if x.bit_length() > 128:  # repr() itself refuses past 4,300 digits
-            return f"<an int of {x.bit_length():,} bits>"
-        return super().repr_int(x, level)
-
-
-_REPR = _Brief()
-_REPR.maxstring = _REPR.maxother = 60
-_REPR.maxlong = 40
-_REPR.maxlevel = 3
-
-
-def brief(value: Any) -> str:
-    """``repr(value)`` cut short (long strings, big ints, deep or long containers elided).
-
-    Example:
-        >>> brief("x" * 1000)
-        "'xxxxxxxxxxxxxxxxxxxxxxxxxxx...xxxxxxxxxxxxxxxxxxxxxxxxxxxx'"
-        >>> brief(10 ** 5000)
-        '<an int of 16,610 bits>'
-    """
-    return _REPR.repr(value)
-
-
-def _finite(value: Any) -> bool:
-    """Whether ``value`` is a real number (not a bool) that a float holds finitely."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return False
-    if isinstance(value, int):
-        return abs(value) <= 2**1023
-    return math.isfinite(value)
-
-
-def _scalar(value: Any) -> Any:
-    """Plain Python scalar from NumPy/pandas scalars."""
-    return value.item() if hasattr(value, "item") and not isinstance(value, (str, bytes)) else value
-
-
-def _as_int(name: str, value: Any) -> int:
-    value = _scalar(value)
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise SpaceError(f"parameter {name!r}: {brief(value)} is not an integer",
-                         hint="give an int")
-    if isinstance(value, float):
-        if not value.is_integer():
-            raise SpaceError(f"parameter {name!r}: {brief(value)} is not an integer",
-                             hint="give an int")
-        value = int(value)
-    return value
-
-
-def _bound(kind: str, name: str, which: str, value: Any) -> int:
-    """An integer bound (low or high) of an Int or PowerOfTwo, within ±MAX_INT."""
-    v = _as_int(name, value)
-    if abs(v) > MAX_INT:
-        raise SpaceError(f"{kind} {name!r}: {which} = {brief(v)} is beyond ±2**53 = ±{MAX_INT:,}, "
-                         "the integers the float64 encoding holds exactly",
-                         hint="use Float(..., log=True) or count in larger units")
-    return v
-
-
-def _check_flag(kind: str, name: str, field_name: str, value: Any) -> bool:
-    value = _scalar(value)
-    if not isinstance(value, bool):
-        raise SpaceError(f"{kind} {name!r}: {field_name} = {brief(value)} is not True or False",
-                         hint=f"write {field_name}=True or {field_name}=False")
-    return value
-
-
-#: Most values an Ordinal or Choice may list.
-MAX_VALUES = 100_000
-#: Longest string value of an Ordinal or Choice (as an expression's strings).
-MAX_VALUE_CHARS = 10_000
-#: Longest knob name (parameter, constant, derived value), in characters.
-MAX_NAME_CHARS = 100
-
-
-def _name_hint(name: str) -> str:
-    """A fix for a refused knob name: its ASCII spelling, a trailing underscore for a keyword."""
-    ascii_form = unicodedata.normalize("NFKC", name)
-    if keyword.iskeyword(ascii_form) or ascii_form in ("True", "False", "None"):
-        return f"use {ascii_form.lower()}_ or a longer name, e.g. 'use_{ascii_form.lower()}'"
-    if ascii_form.isascii() and ascii_form.isidentifier():
-        return f"use the ASCII spelling {ascii_form!r}"
-    return "use ASCII letters, digits and underscores, e.g. 'tp_degree' or 'micro_batch'"
-
-
-def check_name(kind: str, name: Any) -> str:
-    """``name`` if it may name a knob: an ASCII Python identifier, not a keyword, at most
-    :data:`MAX_NAME_CHARS` characters.
-
-    ASCII only, because Python's parser (which reads constraints and derived values) folds
-    identifiers by NFKC: a constraint on the full-width ``ｔｐ`` would constrain ``tp``.
-    Keywords (``if``, ``True``, ``None``) cannot appear as names in an expression.
-
-    Raises:
-        SpaceError: Naming the name, with a hint (an ASCII spelling, ``if_`` for ``if``).
-    """
-    if not isinstance(name, str):
-        raise SpaceError(f"{kind} name {brief(name)} is not a string ({type(name).__name__})",
-                         hint="use letters, digits and underscores, e.g. 'tp_degree'")
-    if len(name) > MAX_NAME_CHARS:
-        raise SpaceError(f"{kind} name {brief(name)} has {len(name):,} characters, more than "
-                         f"MAX_NAME_CHARS = {MAX_NAME_CHARS}", hint="use a short name, e.g. "
-                         "'tp_degree'")
-    if not name.isascii() or not name.isidentifier():
-        raise SpaceError(f"{kind} name {brief(name)} is not an ASCII Python identifier "
-                         "(letters a-z, A-Z, digits and _, not starting with a digit)",
-                         hint=_name_hint(name))
-    if keyword.iskeyword(name):
-        raise SpaceError(f"{kind} name {name!r} is a Python keyword, which an expression "
-                         "cannot use as a name", hint=_name_hint(name))
-    return name
-
-
-def _check_name(kind: str, name: Any) -> None:
-    check_name(kind, name)
 
 
 def _index(values: Sequence[Any], value: Any) -> int:
@@ -184,7 +72,7 @@ class Parameter:
     kind: ClassVar[str] = ""
 
     def __post_init__(self) -> None:
-        _check_name(type(self).__name__, self.name)
+        check_name(type(self).__name__, self.name)
 
     @property
     def is_discrete(self) -> bool:
@@ -196,7 +84,7 @@ class Parameter:
 
     def check(self, value: Any) -> Any:
         """Return ``value`` normalised, or raise SpaceError saying what is allowed."""
-        value = _scalar(value)
+        value = scalar(value)
         for allowed in self.values():
             if type(allowed) is type(value) and allowed == value:
                 return allowed
@@ -241,9 +129,9 @@ class Int(Parameter):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        object.__setattr__(self, "low", _bound("Int", self.name, "low", self.low))
-        object.__setattr__(self, "high", _bound("Int", self.name, "high", self.high))
-        object.__setattr__(self, "log", _check_flag("Int", self.name, "log", self.log))
+        object.__setattr__(self, "low", int_bound("Int", self.name, "low", self.low))
+        object.__setattr__(self, "high", int_bound("Int", self.name, "high", self.high))
+        object.__setattr__(self, "log", check_flag("Int", self.name, "log", self.log))
         if self.low > self.high:
             raise SpaceError(f"Int {self.name!r}: low = {self.low} > high = {self.high}",
                              hint="swap the bounds")
@@ -256,7 +144,7 @@ class Int(Parameter):
         return range(self.low, self.high + 1)
 
     def check(self, value: Any) -> int:
-        v = _as_int(self.name, value)
+        v = as_int(self.name, value)
         if not self.low <= v <= self.high:
             raise SpaceError(f"parameter {self.name!r}: {brief(v)} is outside "
                              f"[{self.low}, {self.high}]",
@@ -295,7 +183,7 @@ class PowerOfTwo(Parameter):
     def __post_init__(self) -> None:
         super().__post_init__()
         for bound in ("low", "high"):
-            v = _bound("PowerOfTwo", self.name, bound, getattr(self, bound))
+            v = int_bound("PowerOfTwo", self.name, bound, getattr(self, bound))
             if v < 1 or v & (v - 1):
                 raise SpaceError(f"PowerOfTwo {self.name!r}: {bound} = {v} is not a power of two",
                                  hint="use 1, 2, 4, 8, ...")
@@ -318,35 +206,6 @@ class PowerOfTwo(Parameter):
         return 1 << k  # clamped before shifting: 1 << 10**300 would not end
 
 
-def _check_values(kind: str, name: str, values: Sequence[Any]) -> tuple[Any, ...]:
-    if isinstance(values, (str, bytes)) or not isinstance(values, Sequence) or not values:
-        raise SpaceError(f"{kind} {name!r}: values must be a non-empty list, got {brief(values)}",
-                         hint=f"e.g. {kind}({name!r}, ['a', 'b'])")
-    if len(values) > MAX_VALUES:
-        raise SpaceError(f"{kind} {name!r}: {len(values):,} values, more than MAX_VALUES = "
-                         f"{MAX_VALUES:,}", hint="use Int or Float for a wide range")
-    out = tuple(_scalar(v) for v in values)
-    for v in out:
-        if isinstance(v, int) and not isinstance(v, bool) and v.bit_length() > 1024 or \
-                isinstance(v, str) and len(v) > MAX_VALUE_CHARS:
-            raise SpaceError(f"{kind} {name!r}: value {brief(v)} is too large for an expression "
-                             f"(ints below 2**1024, strings up to {MAX_VALUE_CHARS:,} "
-                             "characters)", hint="list short labels or numbers")
-        if not isinstance(v, (int, float, str, bool)):
-            raise SpaceError(f"{kind} {name!r}: value {brief(v)} is not a number, string or bool",
-                             hint="values are JSON scalars")
-        if isinstance(v, float) and not math.isfinite(v):
-            raise SpaceError(f"{kind} {name!r}: value {brief(v)} is not a finite number",
-                             hint="list finite numbers, strings or bools")
-    # 1 and 1.0 are one value (a config may carry either); True and 1 are two
-    keys = [("number", v) if isinstance(v, (int, float)) and not isinstance(v, bool)
-            else (type(v), v) for v in out]
-    if len(set(keys)) != len(keys):
-        raise SpaceError(f"{kind} {name!r}: values {brief(list(out))} contain duplicates",
-                         hint="list each value once")
-    return out
-
-
 @dataclass(frozen=True)
 class Ordinal(Parameter):
     """An ordered list of values (e.g. d_model in [512, 768, 1024]), encoded as the index."""
@@ -355,9 +214,9 @@ class Ordinal(Parameter):
     kind: ClassVar[str] = "ordinal"
 
     def __init__(self, name: str, values: Sequence[Scalar]) -> None:
-        _check_name("Ordinal", name)
+        check_name("Ordinal", name)
         object.__setattr__(self, "name", name)
-        object.__setattr__(self, "choices", _check_values("Ordinal", name, values))
+        object.__setattr__(self, "choices", check_values("Ordinal", name, values))
 
     def values(self) -> list[Any]:
         return list(self.choices)
@@ -373,9 +232,9 @@ class Choice(Ordinal):
     kind: ClassVar[str] = "choice"
 
     def __init__(self, name: str, values: Sequence[Scalar]) -> None:
-        _check_name("Choice", name)
+        check_name("Choice", name)
         object.__setattr__(self, "name", name)
-        object.__setattr__(self, "choices", _check_values("Choice", name, values))
+        object.__setattr__(self, "choices", check_values("Choice", name, values))
 
     def encoded_names(self) -> list[str]:
         return [f"{self.name}={v}" for v in self.choices]
@@ -415,10 +274,10 @@ class Float(Parameter):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        object.__setattr__(self, "log", _check_flag("Float", self.name, "log", self.log))
+        object.__setattr__(self, "log", check_flag("Float", self.name, "log", self.log))
         for bound in ("low", "high"):
-            v = _scalar(getattr(self, bound))
-            if not _finite(v):
+            v = scalar(getattr(self, bound))
+            if not finite(v):
                 raise SpaceError(f"Float {self.name!r}: {bound} = {brief(v)} is not a finite "
                                  "number",
                                  hint="give a number")
@@ -439,8 +298,8 @@ class Float(Parameter):
                          hint="use Ordinal for a fixed list of numbers")
 
     def check(self, value: Any) -> float:
-        v = _scalar(value)
-        if not _finite(v):
+        v = scalar(value)
+        if not finite(v):
             raise SpaceError(f"parameter {self.name!r}: {brief(v)} is not a finite number",
                              hint=f"choose a number in [{self.low}, {self.high}]")
         if not self.low <= v <= self.high:

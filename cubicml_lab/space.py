@@ -9,7 +9,10 @@ shows up in the notebook cell that defined it.
 
 A space samples uniformly over its valid configurations, enumerates them, counts them, encodes
 configurations as a float matrix for a Gaussian process (and decodes back), and round-trips through
-YAML and JSON. This module imports no torch; :meth:`Space.encode` imports it when called.
+YAML and JSON. This module imports no torch; :meth:`Space.encode` imports it when called. Its
+parts live in private modules: ``_space_input`` checks the arguments and files, ``_space_rules``
+the names and expressions, ``_space_encoding`` maps configurations to columns and back, and
+``_space_view`` shows a space as text and as a notebook card.
 
 Example:
     >>> space = Space(
@@ -34,8 +37,9 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from . import _space_encoding
 from ._bounds import check_count, load_yaml
-from ._expr import Expr, check_value
+from ._expr import Expr
 from ._params import (
     PARAM_TYPES,
     Bool,
@@ -46,7 +50,6 @@ from ._params import (
     Parameter,
     PowerOfTwo,
     brief,
-    check_name,
     param_from_dict,
 )
 from ._space_input import (
@@ -60,6 +63,15 @@ from ._space_input import (
     shown_path,
     string_list,
 )
+from ._space_rules import (
+    check_names,
+    compile_constraints,
+    compile_derived,
+    environment,
+    first_violated,
+    shown_values,
+)
+from ._space_view import SpaceView
 from .errors import SpaceError
 
 if TYPE_CHECKING:
@@ -76,7 +88,7 @@ ENUMERATE_LIMIT = 2_000_000
 MAX_SAMPLE = 1_000_000
 
 
-class Space:
+class Space(SpaceView):
     """A set of valid training configurations.
 
     Args:
@@ -111,71 +123,15 @@ class Space:
                                                 "{'dp': 'world_size // (tp * pp)'}")
         self.constraints: list[str] = string_list("constraints", constraints)
         self._by_name = {p.name: p for p in self.parameters}
-        self._check_names()
-        self._derived_exprs = self._compile_derived()
-        self._constraint_exprs = self._compile_constraints()
+        check_names(self.names, self.constants, self.derived)
+        self._derived_exprs: list[tuple[str, Expr]] = compile_derived(
+            self.names, self.constants, self.derived)
+        self._constraint_exprs: list[Expr] = compile_constraints(
+            set(self.names) | set(self.constants) | set(self.derived), self.constraints)
         self._valid: list[dict[str, Any]] | None = None
         self._check_satisfiable()
 
     # -- construction checks ------------------------------------------------------------------
-    def _check_names(self) -> None:
-        seen: dict[str, str] = {}
-        groups = [("parameter", self.names), ("constant", list(self.constants)),
-                  ("derived value", list(self.derived))]
-        for kind, names in groups:
-            for name in names:
-                check_name(kind, name)
-                if name in seen:
-                    raise SpaceError(f"name {name!r} is used twice (as {seen[name]} and {kind})",
-                                     hint="give every parameter, constant and derived value its own name")
-                seen[name] = kind
-        for name, value in self.constants.items():
-            if not isinstance(value, (int, float, str, bool)):
-                raise SpaceError(f"constant {name!r} = {brief(value)} is not a number, string or "
-                                 "bool", hint="constants are JSON scalars")
-            if isinstance(value, float) and not math.isfinite(value):
-                raise SpaceError(f"constant {name!r} = {value!r} is not a finite number",
-                                 hint="constants are JSON scalars: give a finite number")
-            check_value(value, f"constant {name!r}")
-        for name, source in self.derived.items():
-            if not isinstance(source, str):
-                raise SpaceError(f"derived value {name!r} = {brief(source)} is not a string",
-                                 hint=f"write it as an expression, e.g. derived={{{name!r}: "
-                                 "'world_size // (tp * pp)'}")
-
-    def _unknown(self, expr: Expr, known: set[str], where: str) -> None:
-        missing = sorted(expr.names - known)
-        if missing:
-            raise SpaceError(
-                f"{where} {brief(expr.source)} uses unknown name(s) "
-                f"{', '.join(map(repr, missing))}",
-                hint=f"known names: {', '.join(sorted(known))}",
-            )
-
-    def _compile_derived(self) -> list[tuple[str, Expr]]:
-        known = set(self.names) | set(self.constants)
-        out = []
-        for name, source in self.derived.items():
-            expr = Expr(source)
-            self._unknown(expr, known, f"derived value {name!r} =")
-            out.append((name, expr))
-            known.add(name)
-        return out
-
-    def _compile_constraints(self) -> list[Expr]:
-        known = set(self.names) | set(self.constants) | set(self.derived)
-        out = []
-        for source in self.constraints:
-            expr = Expr(source)
-            self._unknown(expr, known, "constraint")
-            if expr.result_kind == "other":
-                raise SpaceError(f"constraint {brief(expr.source)} gives a number or a string, "
-                                 "not True or False", hint="write a comparison, e.g. "
-                                 "'world_size % (tp * pp) == 0' rather than 'world_size % (tp "
-                                 "* pp)'")
-            out.append(expr)
-        return out
-
     def _check_satisfiable(self) -> None:
         if not self._constraint_exprs:
             if self._derived_exprs:  # evaluate them once: a broken one fails where it is defined
@@ -194,50 +150,6 @@ class Space:
             self.sample(1, seed=0)  # raises SpaceError when nothing valid is found
 
     # -- basic facts ---------------------------------------------------------------------------
-    def __repr__(self) -> str:
-        parts = ", ".join(repr(p) for p in self.parameters)
-        return f"Space([{parts}], constants={self.constants}, derived={self.derived}, " \
-               f"constraints={self.constraints})"
-
-    def _size_text(self) -> str:
-        try:
-            return f"{self.size():,} valid configurations"
-        except SpaceError:
-            grid = self._product_size()
-            return ("continuous (Float parameters)" if math.isinf(grid)
-                    else f"a grid of {grid:,} points, constrained (too many to count)")
-
-    def _parameter_rows(self) -> list[list[Any]]:
-        rows = []
-        for p in self.parameters:
-            d = p.to_dict()
-            if p.is_discrete:
-                vals = p.values()
-                shown = ", ".join(map(str, vals)) if len(vals) <= 8 else \
-                    f"{', '.join(map(str, vals[:3]))}, …, {vals[-1]} ({len(vals):,} values)"
-            else:
-                shown = f"[{d.get('low')}, {d.get('high')}]"
-            rows.append([p.name, p.kind, shown])
-        return rows
-
-    def __str__(self) -> str:
-        lines = [f"Space: {self._size_text()}"]
-        lines += [f"  {n:<20} {k:<12} {v}" for n, k, v in self._parameter_rows()]
-        lines += [f"  constant  {k} = {v}" for k, v in self.constants.items()]
-        lines += [f"  derived   {k} = {v}" for k, v in self.derived.items()]
-        lines += [f"  subject to {c}" for c in self.constraints]
-        return "\n".join(lines)
-
-    def _repr_html_(self) -> str:
-        from ._html import card
-
-        facts: list[tuple[str, Any]] = [("size", self._size_text())]
-        facts += [(f"constant {k}", v) for k, v in self.constants.items()]
-        facts += [(f"derived {k}", f"= {v}") for k, v in self.derived.items()]
-        facts += [("subject to", c) for c in self.constraints]
-        return card("Space", facts, table=(["parameter", "type", "values"],
-                                           self._parameter_rows()))
-
     def __len__(self) -> int:
         return self.size()
 
@@ -263,24 +175,10 @@ class Space:
 
     # -- configurations ------------------------------------------------------------------------
     def _env(self, values: Mapping[str, Any]) -> dict[str, Any]:
-        env = dict(self.constants)
-        env.update(values)
-        for name, expr in self._derived_exprs:
-            env[name] = expr.evaluate(env)
-        return env
+        return environment(self.constants, self._derived_exprs, values)
 
     def _violated(self, env: Mapping[str, Any]) -> Expr | None:
-        for expr in self._constraint_exprs:
-            result = expr.evaluate(env)
-            if not isinstance(result, bool):
-                shown = ", ".join(f"{n}={brief(env[n])}" for n in sorted(expr.names))
-                raise SpaceError(f"constraint {brief(expr.source)} gave {brief(result)} "
-                                 f"({type(result).__name__}) for {shown or 'no names'}, not "
-                                 "True or False", hint="write a comparison, e.g. 'flag == True' "
-                                 "or 'x > 0'")
-            if not result:
-                return expr
-        return None
+        return first_violated(self._constraint_exprs, env)
 
     def project(self, config: Mapping[str, Any]) -> dict[str, Any]:
         """The parameter values of ``config``, checked and normalised (ints stay ints, etc.).
@@ -310,8 +208,8 @@ class Space:
         env = self._env(values)
         bad = self._violated(env)
         if bad is not None:
-            shown = ", ".join(f"{n}={brief(env[n])}" for n in sorted(bad.names))
-            raise SpaceError(f"constraint {brief(bad.source)} is false for {shown}",
+            raise SpaceError(f"constraint {brief(bad.source)} is false for "
+                             f"{shown_values(bad, env)}",
                              hint="choose values that satisfy every constraint of the space")
 
     def contains(self, config: Mapping[str, Any]) -> bool:
@@ -425,24 +323,15 @@ class Space:
     @property
     def encoded_names(self) -> list[str]:
         """One name per encoded column (Choice parameters take one column per value)."""
-        return [name for p in self.parameters for name in p.encoded_names()]
+        return _space_encoding.encoded_names(self.parameters)
 
     def encoded_bounds(self) -> np.ndarray:
         """Lower and upper bound of each encoded column, shape (2, d), float64."""
-        import numpy as np
-
-        pairs = [b for p in self.parameters for b in p.encoded_bounds()]
-        return np.array(pairs, dtype=np.float64).T.copy()
+        return _space_encoding.encoded_bounds(self.parameters)
 
     def encode_array(self, configs: Iterable[Mapping[str, Any]]) -> np.ndarray:
         """Encode configurations as a float64 array of shape (n, d) without importing torch."""
-        import numpy as np
-
-        rows = []
-        for cfg in configs:
-            values = self.project(cfg)
-            rows.append([x for p in self.parameters for x in p.encode(values[p.name])])
-        return np.array(rows, dtype=np.float64).reshape(len(rows), len(self.encoded_names))
+        return _space_encoding.encode_rows(self.parameters, (self.project(cfg) for cfg in configs))
 
     def encode(self, configs: Iterable[Mapping[str, Any]]) -> torch.Tensor:
         """Encode configurations as a float64 tensor of shape (n, d) for a GP.
@@ -460,25 +349,7 @@ class Space:
         Each parameter is rounded to its nearest allowed value independently; constraints are not
         enforced (check with :meth:`contains`).
         """
-        import numpy as np
-
-        arr = np.asarray(X.detach().cpu().numpy() if hasattr(X, "detach") else X, dtype=np.float64)
-        if arr.ndim != 2 or arr.shape[1] != len(self.encoded_names):
-            raise SpaceError(f"decode expects shape (n, {len(self.encoded_names)}), got {arr.shape}",
-                             hint=f"columns: {self.encoded_names}")
-        if not np.isfinite(arr).all():
-            rows = sorted({int(i) for i in np.argwhere(~np.isfinite(arr))[:, 0]})
-            raise SpaceError(f"decode got NaN or infinite values in row(s) {rows[:10]}",
-                             hint="decode only finite encodings (drop or repair those rows)")
-        out = []
-        for row in arr:
-            cfg, col = {}, 0
-            for p in self.parameters:
-                width = len(p.encoded_names())
-                cfg[p.name] = p.decode(row[col:col + width])
-                col += width
-            out.append(cfg)
-        return out
+        return _space_encoding.decode_rows(self.parameters, X)
 
     # -- serialisation -------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
