@@ -4,12 +4,10 @@ A :class:`Searcher` proposes configurations (:meth:`~Searcher.ask`) and learns w
 (:meth:`~Searcher.tell`), like Optuna's ``study.ask``/``study.tell`` or Ax's ``get_next_trials`` /
 ``complete_trial``. This base class owns everything that does not depend on the strategy:
 
-* the **pool** of proposable configurations: ``candidates`` if given; else every valid
-  configuration (``space.enumerate()``) when ``space.size() <= ENUMERATE_POOL_LIMIT``; else a
-  seeded sample of ``num_candidates`` valid configurations, redrawn at each ask, plus the valid
-  **neighbours** of the best ok configurations so far (every configuration one parameter step
-  away: the next value up or down of an ordered parameter, any other value of a choice), so a
-  search can refine around its best finds in a space too large to list;
+* the **pool** of proposable configurations (:mod:`~cubicml_lab.search.pool`): ``candidates``
+  if given; else every valid configuration (``space.enumerate()``) when ``space.size() <=
+  ENUMERATE_POOL_LIMIT``; else a seeded sample of ``num_candidates`` valid configurations,
+  redrawn at each ask, plus the valid neighbours of the best ok configurations so far;
 * what was **told** (never proposed again, failures included; telling the same configuration twice
   keeps both observations), what is **pending** (asked, not yet told: never proposed twice), and
   the **enqueued** configurations that the next asks return first (e.g. a user's default; with
@@ -34,8 +32,10 @@ import numpy as np
 
 from .._bounds import check_count
 from .._params import brief
-from ..errors import SearchError, SearchExhausted, SpaceError
+from ..errors import SearchError, SpaceError
 from ..trials import FINISHED, figure_flag
+from . import pool as _pools
+from .pool import MAX_CANDIDATES, NEIGHBOUR_BEST, config_key
 from .proposal import Proposal
 from .told import FLAG_METRICS, told_numbers
 
@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from ..space import Space
 
 __all__ = ["DIRECTIONS", "ENUMERATE_POOL_LIMIT", "FLAG_METRICS", "MAX_CANDIDATES", "MAX_SEED",
-           "STATUSES", "Searcher", "check_seed"]
+           "NEIGHBOUR_BEST", "STATUSES", "Searcher", "check_seed"]
 
 #: Alias of :data:`cubicml_lab.trials.FINISHED` (the four statuses a trial ends in, the ones
 #: a searcher is told; only "ok" carries an objective value), kept for older imports. Not
@@ -53,11 +53,6 @@ STATUSES = FINISHED
 DIRECTIONS = ("maximize", "minimize")
 #: Spaces with at most this many valid configurations are searched exhaustively.
 ENUMERATE_POOL_LIMIT = 100_000
-#: Sampled pools (spaces too large to list) also hold the neighbours of this many best configs.
-NEIGHBOUR_BEST = 5
-#: Largest sampled pool (``num_candidates``) and largest ``ask(n)``: every ask scores the whole
-#: pool (a GP's posterior over 200,000 candidates takes seconds and a few GiB).
-MAX_CANDIDATES = 200_000
 #: Largest seed (NumPy's generators take seeds in 0..2**63 - 1 here).
 MAX_SEED = 2**63 - 1
 
@@ -137,31 +132,11 @@ class Searcher:
         self._skipped: set[str] = set()
         self._last_enqueued: set[str] = set()
         if candidates is not None:
-            if isinstance(candidates, Mapping):
-                raise SearchError("candidates must be a list of configuration dicts, got one dict",
-                                  hint="wrap it in a list: [config]")
-            pool: dict[str, dict] = {}
-            if not isinstance(candidates, Sequence) or isinstance(candidates, (str, bytes)):
-                raise SearchError(f"candidates = {brief(candidates)} is not a list of "
-                                  "configuration dicts", hint="pass a list, or None")
-            check_count("len(candidates)", len(candidates), high=MAX_CANDIDATES,
-                        error=SearchError, why="MAX_CANDIDATES: every ask scores the whole pool")
-            for i, cfg in enumerate(candidates):
-                key = self._key(cfg, f"candidates[{i}]")
-                if key not in pool:
-                    pool[key] = self.space.project(cfg)
-            if not pool:
-                raise SearchError("candidates is empty", hint="pass configurations, or None")
-            self._candidates = list(pool.items())
+            self._candidates = _pools.explicit_pool(space, candidates)
 
     # -- bookkeeping ----------------------------------------------------------------------------
     def _key(self, config: Any, where: str) -> str:
-        try:
-            self.space.validate(config)
-            return self.space.key(config)
-        except SpaceError as err:
-            raise SearchError(f"{where} = {brief(config)} is not in the space: {err.message}",
-                              hint=err.hint or "pass a configuration of this space") from None
+        return config_key(self.space, config, where)
 
     @property
     def n_told(self) -> int:
@@ -219,39 +194,14 @@ class Searcher:
         if self._fixed_pool is not None:
             return self._fixed_pool
         seed = int(np.random.default_rng([self.seed, self.n_told, 1]).integers(2**31))
-        try:
-            sample = self.space.sample(self.num_candidates, seed=seed)
-        except SpaceError as err:
-            raise SearchError(f"cannot draw a pool of {self.num_candidates} candidates: "
-                              f"{err.message}", hint=err.hint or "pass candidates=[...]") from None
-        pool = {self.space.key(c): c for c in sample}
-        configs, values = self._ok()
-        if configs:
-            order = np.argsort(-values if self.direction == "maximize" else values, kind="stable")
-            for i in order[:NEIGHBOUR_BEST]:
-                for cfg in self.neighbours(configs[int(i)]):
-                    pool.setdefault(self.space.key(cfg), cfg)
-        return list(pool.items())
+        return _pools.sampled_pool(self.space, self.num_candidates, seed, *self._ok(),
+                                   self.direction)
 
     def neighbours(self, config: dict) -> list[dict]:
         """Valid configurations one parameter step from ``config``: the next value up and down
         of an ordered discrete parameter (int, power of two, ordinal, bool), every other value of
         a choice; continuous parameters are left as they are."""
-        out = []
-        for p in self.space.parameters:
-            if not p.is_discrete:
-                continue
-            vals = p.values()
-            if config[p.name] not in vals:
-                continue
-            i = vals.index(config[p.name])
-            others = ([v for v in vals if v != config[p.name]] if p.kind == "choice"
-                      else [vals[j] for j in (i - 1, i + 1) if 0 <= j < len(vals)])
-            for v in others:
-                cand = {**config, p.name: v}
-                if self.space.contains(cand):
-                    out.append(self.space.project(cand))
-        return out
+        return _pools.neighbours(self.space, config)
 
     # -- the interface --------------------------------------------------------------------------
     def ask(self, n: int = 1) -> list[dict]:
@@ -284,31 +234,12 @@ class Searcher:
             #: keys of the configurations handed to ``_propose``, in the same order
             self._untried_keys = [k for k, _ in untried_pairs]
             if not untried and not out:
-                raise self._exhausted(pool)
+                raise _pools.exhausted(pool, self._told, self._pending, self._skipped)
             if untried:
                 for cfg in self._propose(n - len(out), untried, self._rng()):
                     self._pending[self.space.key(cfg)] = dict(cfg)
                     out.append(dict(cfg))
         return out
-
-    def _exhausted(self, pool: list[tuple[str, dict]]) -> SearchExhausted:
-        """Why nothing is left to propose: the untried configurations were all skipped (and
-        un-skipping them helps), or the pool itself is used up."""
-        told, pending = len(self._told), len(self._pending)
-        skipped = sum(k in self._skipped and k not in self._told and k not in self._pending
-                      for k, _ in pool)
-        if skipped:
-            return SearchExhausted(
-                f"nothing left to propose: every configuration not yet tried was skipped "
-                f"({skipped} skipped, by hand or by a review rule; {told} distinct told, "
-                f"{pending} pending, of a pool of {len(pool)})",
-                hint="un-skip them to have them proposed again: search.unskip() (or "
-                     "campaign.unskip(), which also forgets the skips kept in the store); "
-                     "or widen the space", skipped=skipped)
-        return SearchExhausted(
-            f"nothing left to propose: all {len(pool)} configurations of the pool have been "
-            f"tried or are pending ({told} distinct told, {pending} pending)",
-            hint="widen the space or pass more candidates")
 
     def propose(self, n: int = 1) -> list[Proposal]:
         """:meth:`ask`, with what the searcher expects of each configuration.

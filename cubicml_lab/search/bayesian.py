@@ -20,7 +20,8 @@
    (``predictor.n_train`` is what a proposal's "why" counts); so asking for a recommendation
    early changes no later proposal.
 
-Its knobs are one record, :class:`~cubicml_lab.search.options.BayesianOptions`.
+Its knobs are one record, :class:`~cubicml_lab.search.options.BayesianOptions`; what each
+phase picks is :mod:`~cubicml_lab.search.phases`.
 
 If the GP cannot be fitted (fewer than 2 distinct ok configurations, all ok values identical, or a
 numerical failure) that ask falls back to the space-filling step; :attr:`last_ask_info` says why.
@@ -41,22 +42,9 @@ is evaluated once per configuration (cached), through its vectorised twin when i
 (``memory_gib_frame``, :func:`~cubicml_lab.surrogate.terms.batch_method`); so is a cost model
 (``cost_terms_frame``).
 
-**Machine drift.** A trial's stored objective (``throughput``, the default figure) is its raw
-figure corrected to the machine's nominal speed by the drift reference timed beside it, with
-:data:`~cubicml_lab.timing.DRIFT_EXPONENT` (1: all of the reference's slowdown taken out). How
-much of it a trial shares varies by machine and by configuration, so the GP
-learns the exponent per search: with each ok trial's shift ``log(objective / raw) /
-DRIFT_EXPONENT`` as a covariate (:func:`drift_covariate`), the fit's targets are ``log raw +
-s * shift`` with the slope ``s`` estimated under the fitted GP by generalised least squares
-(:meth:`~cubicml_lab.surrogate.GPPredictor.covariate_slope`), a normal prior of mean
-``DRIFT_EXPONENT`` and sd :data:`DRIFT_PRIOR_SD`, then refitted at ``s`` (:func:`learn_drift`,
-at most :data:`DRIFT_ROUNDS` rounds). :attr:`BayesianSearch.drift_exponent` holds it. A trial
-that felt less of the drift than its reference is then corrected by as much as it felt, not
-over-corrected into a false best, so the ranking and the figures shared across campaigns agree
-better than at a fixed exponent (the measurements: ``docs/results.md``, "History moved from the
-code"; ``benchmarks/demo_report_noise.py``). Trials without a raw figure (a GPU's, with no CPU
-reference) shift by 0, and a search in which no trial shifts fits the stored figures as they
-are.
+**Machine drift.** With ``learn_drift`` the objective's GP learns how much of the drift
+reference's slowdown to take out of each trial (:mod:`~cubicml_lab.search.drift`);
+:attr:`BayesianSearch.drift_exponent` holds the exponent of the last fit.
 
 **Two objectives.** With ``second_objective`` (e.g. ``"peak_mem_gib"``, minimised by default) the
 search models both (a GP each, on logs) and maximises the expected hypervolume improvement
@@ -71,22 +59,20 @@ stopped).
 
 from __future__ import annotations
 
-import math
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..errors import PredictorError, SearchError
-from ..hardware.drift import DRIFT_BOUNDS, DRIFT_EXPONENT, DRIFT_PRIOR_SD, at_slope, drift_shift
-from . import acquisition as acq
 from .acquisition import BO_P_FEASIBLE, log_ei_standard
-from .design import space_filling
+from .drift import DRIFT_ROUNDS, DRIFT_TOL, at_drift_exponent, drift_covariate, learn_drift
 from .fitting import CONTENDED_REL_NOISE, FEASIBILITY_MAX_ITER, NOISE_METRICS, observed_noise
 from .history import HistoryModel
 from .options import MAX_MC_SAMPLES, MAX_N_INIT, BayesianOptions, default_n_init
-from .prior import PRIOR_MIN_OK, PriorTerms, cost_term_scores, prior_picks
+from .phases import BayesianPhases
+from .prior import PRIOR_MIN_OK, PriorTerms
 from .report import BayesianReport
 
 if TYPE_CHECKING:
@@ -94,75 +80,17 @@ if TYPE_CHECKING:
 
 # names that lived here before the search was split (tests and notebooks import them from here)
 _PriorTerms = PriorTerms
-_REEXPORTED = (BO_P_FEASIBLE, CONTENDED_REL_NOISE, FEASIBILITY_MAX_ITER, MAX_MC_SAMPLES,
-               MAX_N_INIT, NOISE_METRICS, log_ei_standard)
+_REEXPORTED = (BO_P_FEASIBLE, CONTENDED_REL_NOISE, DRIFT_ROUNDS, DRIFT_TOL, FEASIBILITY_MAX_ITER,
+               MAX_MC_SAMPLES, MAX_N_INIT, NOISE_METRICS, log_ei_standard)
 
 __all__ = ["BayesianOptions", "BayesianSearch", "at_drift_exponent", "default_n_init",
            "drift_covariate", "learn_drift", "observed_noise"]
 
 #: L-BFGS-B iterations of a warm-started hyperparameter fit (see ``BayesianSearch._fit``).
 WARM_MAX_ITER = 40
-#: Refits at a newly learned drift exponent, at most (module doc, "Machine drift").
-DRIFT_ROUNDS = 2
-#: A learned exponent this close to the one fitted needs no refit.
-DRIFT_TOL = 0.02
-#: The raw twin of an objective, where its name does not follow ``<objective>_raw``.
-_RAW_METRIC = {"step_time_s": "step_time_raw_s"}
 
 
-def drift_covariate(metrics: Sequence[Mapping[str, float]],
-                    objective: str = "throughput") -> np.ndarray | None:
-    """Per trial, how far the drift correction moved its objective: ``log(objective / raw) /
-    DRIFT_EXPONENT``, the log of the machine's nominal over its measured reference speed for a
-    throughput (0 where either figure is missing or not positive); None when no trial moved.
-
-    Example:
-        >>> drift_covariate([{"throughput": 110.0, "throughput_raw": 100.0}, {"throughput": 5.0}])
-        array([0.09531018, 0.        ])
-    """
-    raw = _RAW_METRIC.get(objective, f"{objective}_raw")
-    c = np.zeros(len(metrics), dtype=np.float64)
-    for i, m in enumerate(metrics):
-        a, b = m.get(objective, math.nan), m.get(raw, math.nan)
-        if isinstance(a, (int, float)) and isinstance(b, (int, float)) and a > 0 and b > 0:
-            c[i] = drift_shift(b, a)
-    return c if np.any(np.abs(c) > 1e-9) else None
-
-
-def at_drift_exponent(values: np.ndarray, covariate: np.ndarray, exponent: float) -> np.ndarray:
-    """The trials' figures corrected with ``exponent`` instead of ``DRIFT_EXPONENT``:
-    ``values * (nominal / reference) ** (exponent - DRIFT_EXPONENT)``, the covariate being
-    :func:`drift_covariate`'s log ratio."""
-    return at_slope(values, covariate, exponent)
-
-
-def learn_drift(fit: Callable[[np.ndarray, Any], Any], values: np.ndarray,
-                covariate: np.ndarray, sign: float = 1.0) -> tuple[Any, float, np.ndarray]:
-    """Fit a GP with the drift exponent learned (module doc, "Machine drift").
-
-    Args:
-        fit: ``fit(values, warm_start) -> GPPredictor`` (log objective), fitted on the trials.
-        values: The stored objective of each trial (corrected with ``DRIFT_EXPONENT``).
-        covariate: :func:`drift_covariate` of the same trials.
-        sign: -1 where the fit models the objective's reciprocal (minimised), else 1.
-
-    Returns:
-        ``(predictor, exponent, values)``: the GP fitted at the learned exponent, the exponent,
-        and the trials' values at it (``raw * (nominal / reference) ** exponent``).
-    """
-    pred, beta, out = fit(values, None), DRIFT_EXPONENT, values
-    for _ in range(DRIFT_ROUNDS):
-        new = pred.covariate_slope(sign * covariate, beta, (DRIFT_EXPONENT, DRIFT_PRIOR_SD))
-        new = min(max(new, DRIFT_BOUNDS[0]), DRIFT_BOUNDS[1])
-        if abs(new - beta) < DRIFT_TOL:
-            break
-        beta = new
-        out = at_drift_exponent(values, covariate, beta)
-        pred = fit(out, pred)
-    return pred, beta, out
-
-
-class BayesianSearch(BayesianReport):
+class BayesianSearch(BayesianReport, BayesianPhases):
     """GP-based Bayesian optimisation with the ask/tell interface of :class:`Searcher`.
 
     Args:
@@ -319,79 +247,6 @@ class BayesianSearch(BayesianReport):
         return ([h["config"] for h in ok], np.array([h["value"] for h in ok], dtype=np.float64),
                 rel, cov)
 
-    def _prior_scores(self, pool: list[dict], X: Any) -> np.ndarray | None:
-        """The prior's guess of each pool configuration's log objective (larger is better, up
-        to a constant): minus the log of the summed cost terms, else the history's ``h``."""
-        if self.cost_model is not None:
-            n_hist = int(self._gp_cost_model() is not self.cost_model)
-            return cost_term_scores(X[:, X.shape[1] - self._n_terms:X.shape[1] - n_hist].numpy())
-        if self.history_model is not None and self.history_model.active:
-            return self.history_model.predict(pool, self._pool_keys(pool))
-        return None
-
-    def _prior_picks(self, n: int, pool: list[dict], rng: np.random.Generator,
-                     info: dict[str, Any]) -> list[dict] | None:
-        """Before the GP: the prior's best predicted-feasible configurations
-        (:func:`~cubicml_lab.search.prior.prior_picks`)."""
-        fm = self.feasibility_model
-        if fm is not None and fm.all_failed and self.memory_model is None:
-            return None  # its favourites failed, nothing ran yet: explore (space-filling) first
-        X = self._encode_pool(pool)
-        score = self._prior_scores(pool, X)
-        if score is None:
-            return None
-        n_space = self.space.encoded_bounds().shape[1]
-        log_p = self._log_p_feasible(X[:, :n_space], pool, self._pool_keys(pool))
-        picks, p = prior_picks(n, pool, score, log_p, self.space.names,
-                               [h["config"] for h in self._history] + self.pending, rng)
-        info["p_feasible_of_picks"] = [float(p[i]) for i in picks]
-        info["prior_score_of_picks"] = [float(score[i]) for i in picks]
-        return [dict(pool[i]) for i in picks]
-
-    def _bo(self, n: int, pool: list[dict], configs: list[dict], seed: int,
-            info: dict[str, Any]) -> list[dict]:
-        """The BO phase's picks (:mod:`~cubicml_lab.search.acquisition`), ``info`` filled in."""
-        import warnings
-
-        import torch
-
-        X_base = self.predictor.encode(self._baseline(configs))
-        X_pool, keys = self._encode_pool(pool), self._pool_keys(pool)
-        single = self.second_predictor is None
-        keep = max(acq.SCREEN_SIZE, 8 * n)
-        if single and (len(X_base) > acq.BASELINE_MAX or len(pool) > keep):
-            if len(X_base) > acq.BASELINE_MAX:
-                info["baseline"] = acq.BASELINE_MAX
-            X_base, mu_b = acq.trim_baseline(self.predictor, X_base)
-        score = None
-        if single and len(pool) > keep:
-            first = 4 * keep if self.feasibility_model is not None else keep
-            top, score = acq.screen(self.predictor, X_pool, float(mu_b.max()), first)
-            pool, X_pool, keys = [pool[int(i)] for i in top], X_pool[top], [keys[int(i)]
-                                                                             for i in top]
-            info["screened"] = keep
-        log_w = torch.zeros(len(pool), dtype=X_pool.dtype)
-        if self.feasibility_model is not None:
-            n_space = self.space.encoded_bounds().shape[1]
-            log_w = acq.feasibility_weights(self._log_p_feasible(X_pool[:, :n_space], pool, keys),
-                                            n, X_pool.dtype, self.memory_model is not None)
-            if score is not None and len(pool) > keep:
-                top = torch.topk(score + log_w, keep).indices.sort().values
-                pool, X_pool, log_w = [pool[int(i)] for i in top], X_pool[top], log_w[top]
-        X_pend = self.predictor.encode(self.pending) if self.pending else X_pool[:0]
-        with torch.no_grad(), warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            make, scale = acq.acquisition_factory(self.predictor, self.second_predictor, X_base,
-                                                  self.mc_samples, self.log_objective, seed)
-        picks, values = acq.greedy_picks(make, X_pool, X_pend, n, self.chunk_size, log_w)
-        if self.feasibility_model is not None:
-            info["p_feasible_of_picks"] = [float(torch.exp(log_w[j])) for j in picks]
-        info["acquisition"] = values
-        info["max_acquisition"] = values[0] if values else None
-        if values:
-            info["relative_improvement"] = float(np.exp(values[0])) / scale
-        return [dict(pool[j]) for j in picks]
-
     # -- the Searcher hook ----------------------------------------------------------------------
     def _propose(self, n: int, pool: list[dict], rng: np.random.Generator) -> list[dict]:
         with self._fit_lock:
@@ -536,26 +391,3 @@ class BayesianSearch(BayesianReport):
                                   hint=err.hint or "tell more trials with distinct values"
                                   ) from None
             return self.predictor
-
-    def _before_the_gp(self, n: int, pool: list[dict], rng: np.random.Generator, seed: int,
-                       info: dict[str, Any], prior: bool) -> list[dict]:
-        """The prior's picks (phase "prior") or the space-filling design, which a feasibility
-        model (the memory model, or failures told) weights by the probability of running."""
-        try:
-            self.feasibility_model = self._fit_feasibility(seed)
-        except PredictorError:
-            self.feasibility_model = None
-        if prior:
-            out = self._prior_picks(n, pool, rng, info)
-            if out is not None:
-                info["reason"] = (f"the prior's best predicted-feasible configurations "
-                                  f"({info['reason']})")
-                info["phase"] = "prior"
-                return out
-        p_ok = None
-        if self.feasibility_model is not None:
-            X = self._normalised_space_rows(pool)
-            p_ok = np.exp(self._log_p_feasible(X, pool, self._pool_keys(pool)))
-        return space_filling(n, pool, self.space,
-                             [h["config"] for h in self._history] + self.pending, rng, p_ok)
-

@@ -167,20 +167,19 @@ class TableObjective:
             raise SearchError(f"{len(ok_bad)} ok row(s) have no finite {objective!r} (rows "
                               f"{ok_bad[:5].tolist()}{'...' if len(ok_bad) > 5 else ''})",
                               hint=f"mark them 'failed' in {status_col!r}, or drop them")
-        if metrics is None:
-            metrics = [c for c in df.columns if c not in self.knobs and c != status_col
-                       and pd.api.types.is_numeric_dtype(df[c].dtype)
-                       and not pd.api.types.is_bool_dtype(df[c].dtype)]
-        missing = [c for c in metrics if c not in df.columns]
-        if missing:
-            raise SearchError(f"metrics {missing} are not columns of the table",
-                              hint=f"choose among {_shown(columns)}")
+        metrics = _metric_names(df, metrics, self.knobs, status_col, columns)
         self.metrics = [objective] + [c for c in metrics if c != objective]
         self._values = np.column_stack(
             [pd.to_numeric(df[c], errors="coerce").to_numpy(np.float64) for c in self.metrics])
         self._rows: dict[str, list[int]] = {}
         self._configs: dict[str, dict[str, Any]] = {}
-        for i, values in enumerate(df[self.knobs].itertuples(index=False, name=None)):
+        self._index_rows()
+        self._reference: dict[str, TableResult] = {}
+        self._calls: Counter[str] = Counter()
+
+    def _index_rows(self) -> None:
+        """Group the table's rows by configuration key; a row outside the space is a SearchError."""
+        for i, values in enumerate(self.table[self.knobs].itertuples(index=False, name=None)):
             config = dict(zip(self.knobs, values))
             try:
                 self.space.validate(config)
@@ -192,8 +191,6 @@ class TableObjective:
                 self._rows[key] = []
                 self._configs[key] = self.space.project(config)
             self._rows[key].append(i)
-        self._reference: dict[str, TableResult] = {}
-        self._calls: Counter[str] = Counter()
 
     @classmethod
     def from_dataset(cls, dataset: Dataset, reduce: str = "first", *,
@@ -413,6 +410,23 @@ def _nanmedian(block: np.ndarray) -> np.ndarray:
         if len(col):
             out[j] = float(np.median(col))
     return out
+
+
+def _metric_names(df: pd.DataFrame, metrics: Sequence[str] | None, knobs: list[str],
+                  status_col: str | None, columns: list[str]) -> Sequence[str]:
+    """``metrics`` checked to be columns (SearchError), or every numeric, not boolean column
+    that is neither a knob nor the status."""
+    import pandas as pd
+
+    if metrics is None:
+        metrics = [c for c in df.columns if c not in knobs and c != status_col
+                   and pd.api.types.is_numeric_dtype(df[c].dtype)
+                   and not pd.api.types.is_bool_dtype(df[c].dtype)]
+    missing = [c for c in metrics if c not in df.columns]
+    if missing:
+        raise SearchError(f"metrics {missing} are not columns of the table",
+                          hint=f"choose among {_shown(columns)}")
+    return metrics
 
 
 def _statuses(df: pd.DataFrame, status_col: str | None, y: np.ndarray,

@@ -1,0 +1,133 @@
+"""What each phase of a Bayesian search picks: the prior's best, the acquisition's, the
+space-filling design's.
+
+:class:`BayesianPhases` is the picking half of :class:`~cubicml_lab.search.BayesianSearch`: given
+the untried pool and the models the search fitted
+(:class:`~cubicml_lab.search.fitting.BayesianModels`), each method returns the configurations of
+one phase and fills in the ask's record (``info``). Which phase an ask is in, and fitting the
+models, is the search's.
+
+* **prior** (:meth:`~BayesianPhases._prior_picks`): before the GP, the prior's best
+  predicted-feasible configurations (:func:`~cubicml_lab.search.prior.prior_picks`), scored by
+  the cost model's terms or the history's prediction;
+* **bo** (:meth:`~BayesianPhases._bo`): the acquisition's greedy picks
+  (:mod:`~cubicml_lab.search.acquisition`), the pool screened by the posterior mean when large,
+  weighted by the probability of running;
+* **initial** / **fallback** (:meth:`~BayesianPhases._before_the_gp`): the prior's picks where
+  there is a prior, else the space-filling design (:mod:`~cubicml_lab.search.design`), weighted
+  by the probability of running where a feasibility model exists.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..errors import PredictorError
+from . import acquisition as acq
+from .design import space_filling
+from .fitting import BayesianModels
+from .prior import cost_term_scores, prior_picks
+
+__all__ = ["BayesianPhases"]
+
+
+class BayesianPhases(BayesianModels):
+    """The picks of each phase of a Bayesian search (module doc); no fits of the objective."""
+
+    def _prior_scores(self, pool: list[dict], X: Any) -> np.ndarray | None:
+        """The prior's guess of each pool configuration's log objective (larger is better, up
+        to a constant): minus the log of the summed cost terms, else the history's ``h``."""
+        if self.cost_model is not None:
+            n_hist = int(self._gp_cost_model() is not self.cost_model)
+            return cost_term_scores(X[:, X.shape[1] - self._n_terms:X.shape[1] - n_hist].numpy())
+        if self.history_model is not None and self.history_model.active:
+            return self.history_model.predict(pool, self._pool_keys(pool))
+        return None
+
+    def _prior_picks(self, n: int, pool: list[dict], rng: np.random.Generator,
+                     info: dict[str, Any]) -> list[dict] | None:
+        """Before the GP: the prior's best predicted-feasible configurations
+        (:func:`~cubicml_lab.search.prior.prior_picks`)."""
+        fm = self.feasibility_model
+        if fm is not None and fm.all_failed and self.memory_model is None:
+            return None  # its favourites failed, nothing ran yet: explore (space-filling) first
+        X = self._encode_pool(pool)
+        score = self._prior_scores(pool, X)
+        if score is None:
+            return None
+        n_space = self.space.encoded_bounds().shape[1]
+        log_p = self._log_p_feasible(X[:, :n_space], pool, self._pool_keys(pool))
+        picks, p = prior_picks(n, pool, score, log_p, self.space.names,
+                               [h["config"] for h in self._history] + self.pending, rng)
+        info["p_feasible_of_picks"] = [float(p[i]) for i in picks]
+        info["prior_score_of_picks"] = [float(score[i]) for i in picks]
+        return [dict(pool[i]) for i in picks]
+
+    def _bo(self, n: int, pool: list[dict], configs: list[dict], seed: int,
+            info: dict[str, Any]) -> list[dict]:
+        """The BO phase's picks (:mod:`~cubicml_lab.search.acquisition`), ``info`` filled in."""
+        import warnings
+
+        import torch
+
+        X_base = self.predictor.encode(self._baseline(configs))
+        X_pool, keys = self._encode_pool(pool), self._pool_keys(pool)
+        single = self.second_predictor is None
+        keep = max(acq.SCREEN_SIZE, 8 * n)
+        if single and (len(X_base) > acq.BASELINE_MAX or len(pool) > keep):
+            if len(X_base) > acq.BASELINE_MAX:
+                info["baseline"] = acq.BASELINE_MAX
+            X_base, mu_b = acq.trim_baseline(self.predictor, X_base)
+        score = None
+        if single and len(pool) > keep:
+            first = 4 * keep if self.feasibility_model is not None else keep
+            top, score = acq.screen(self.predictor, X_pool, float(mu_b.max()), first)
+            pool, X_pool, keys = [pool[int(i)] for i in top], X_pool[top], [keys[int(i)]
+                                                                             for i in top]
+            info["screened"] = keep
+        log_w = torch.zeros(len(pool), dtype=X_pool.dtype)
+        if self.feasibility_model is not None:
+            n_space = self.space.encoded_bounds().shape[1]
+            log_w = acq.feasibility_weights(self._log_p_feasible(X_pool[:, :n_space], pool, keys),
+                                            n, X_pool.dtype, self.memory_model is not None)
+            if score is not None and len(pool) > keep:
+                top = torch.topk(score + log_w, keep).indices.sort().values
+                pool, X_pool, log_w = [pool[int(i)] for i in top], X_pool[top], log_w[top]
+        X_pend = self.predictor.encode(self.pending) if self.pending else X_pool[:0]
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            make, scale = acq.acquisition_factory(self.predictor, self.second_predictor, X_base,
+                                                  self.mc_samples, self.log_objective, seed)
+        picks, values = acq.greedy_picks(make, X_pool, X_pend, n, self.chunk_size, log_w)
+        if self.feasibility_model is not None:
+            info["p_feasible_of_picks"] = [float(torch.exp(log_w[j])) for j in picks]
+        info["acquisition"] = values
+        info["max_acquisition"] = values[0] if values else None
+        if values:
+            info["relative_improvement"] = float(np.exp(values[0])) / scale
+        return [dict(pool[j]) for j in picks]
+
+    def _before_the_gp(self, n: int, pool: list[dict], rng: np.random.Generator, seed: int,
+                       info: dict[str, Any], prior: bool) -> list[dict]:
+        """The prior's picks (phase "prior") or the space-filling design, which a feasibility
+        model (the memory model, or failures told) weights by the probability of running."""
+        try:
+            self.feasibility_model = self._fit_feasibility(seed)
+        except PredictorError:
+            self.feasibility_model = None
+        if prior:
+            out = self._prior_picks(n, pool, rng, info)
+            if out is not None:
+                info["reason"] = (f"the prior's best predicted-feasible configurations "
+                                  f"({info['reason']})")
+                info["phase"] = "prior"
+                return out
+        p_ok = None
+        if self.feasibility_model is not None:
+            X = self._normalised_space_rows(pool)
+            p_ok = np.exp(self._log_p_feasible(X, pool, self._pool_keys(pool)))
+        return space_filling(n, pool, self.space,
+                             [h["config"] for h in self._history] + self.pending, rng, p_ok)
+
