@@ -42,7 +42,6 @@ import json
 import math
 import os
 import re
-import signal
 import subprocess
 import threading
 import time
@@ -53,6 +52,8 @@ from typing import TYPE_CHECKING, Any
 from .._bounds import check_count, check_word
 from .._params import brief
 from ..errors import ConfigError, DependencyError, LaunchError
+from ._sacct import last_stderr, log_tail, missed_oom, sacct_states
+from ._slurm_job import RESULT_FILE, job_main
 from .base import MAX_NODES, MAX_PROCS_PER_NODE, Launcher, check_spec
 
 if TYPE_CHECKING:
@@ -60,15 +61,13 @@ if TYPE_CHECKING:
 
 __all__ = ["Slurm"]
 
+# A queued job's pickle names the function it runs by module and name: keep this one importable.
+_job_main = job_main
+
 _RUNNING = {"PENDING", "RUNNING", "REQUEUED", "RESIZING", "SUSPENDED", "COMPLETING",
             "CONFIGURING", "REQUEUE_HOLD", "REQUEUE_FED", "SIGNALING", "STAGE_OUT", ""}
 _REQUEUE = {"NODE_FAIL", "PREEMPTED"}
-_TAIL_LINES = 40
-# what slurmstepd and srun print when the cgroup's out-of-memory killer ended a task
-_OOM_LINE = re.compile(r"oom-kill event|out of memory|exceeded (?:job|step) memory limit",
-                       re.IGNORECASE)
 _SACCT_PATIENCE_S = 300.0  # a job whose state sacct cannot tell for this long is an error
-RESULT_FILE = "cubicml_result.json"  # in the job's folder, written by task 0
 REQUEUED_FILE = "cubicml_requeued_as.json"  # in a failed job's folder: the job that replaced it
 _SBATCH_OPTION = re.compile(r"[A-Za-z][A-Za-z0-9_-]*")  # an sbatch long option's name
 _MAX_LINES = 1000  # setup lines, extra sbatch options
@@ -84,45 +83,6 @@ def _submitit() -> Any:
         raise DependencyError("launch.Slurm submits jobs through submitit, which is not "
                               "installed", hint="pip install -e '.[slurm]'") from None
     return submitit
-
-
-def _job_main(spec_json: str, plan_json: str) -> str:
-    """What each task of the Slurm job runs: the trial (one process, or this task's torchrun
-    agent), and, in task 0, its result as JSON in the job's folder with the job's timestamps."""
-    started = time.time()
-    spec, plan = json.loads(spec_json), json.loads(plan_json)
-    rank = int(os.environ.get("SLURM_PROCID", "0"))
-    if plan["world_size"] == 1:
-        from .runner import run_spec  # a user's command, or run_trial
-
-        result = run_spec(spec)
-    else:
-        result = _torchrun_task(spec, plan, rank)
-    if rank != 0:
-        return result.status
-    stamps = {"job_started_at": started, "trial_ended_at": time.time()}
-    result = dataclasses.replace(result, hardware={**result.hardware, "slurm": stamps})
-    folder = Path(plan["folder"]) / os.environ.get("SLURM_JOB_ID", "unknown")
-    folder.mkdir(parents=True, exist_ok=True)
-    tmp = folder / f".{RESULT_FILE}.{os.getpid()}"
-    tmp.write_text(result.to_json())
-    tmp.replace(folder / RESULT_FILE)  # atomic: the launcher reads all of it or nothing
-    return result.status
-
-
-def _torchrun_task(spec: dict[str, Any], plan: dict[str, Any], rank: int) -> TrialResult:
-    """This task's torchrun agent: node rank = task rank, rendezvous on the job's first node."""
-    from .torchrun import Torchrun
-
-    ntasks = int(os.environ.get("SLURM_NTASKS", "1"))
-    nodes = subprocess.run(["scontrol", "show", "hostnames",
-                            os.environ.get("SLURM_JOB_NODELIST", "localhost")],
-                           capture_output=True, text=True, timeout=60, check=False)
-    master = (nodes.stdout.split() or ["localhost"])[0]
-    port = 20000 + int(os.environ.get("SLURM_JOB_ID", "0")) % 20000
-    agent = Torchrun(plan["procs_per_task"], nnodes=ntasks, node_rank=rank, master_addr=master,
-                     master_port=port, timeout_s=plan["timeout_s"])
-    return agent.run(spec)
 
 
 def _int(name: str, value: Any, low: int, high: int, *, none_ok: bool = False,
@@ -411,7 +371,7 @@ class Slurm(Launcher):
                 "procs_per_task": self.nproc_per_node // self.tasks_per_node,
                 "timeout_s": self.time_limit_min * 60}
         try:
-            job = executor.submit(_job_main, json.dumps(spec), json.dumps(plan))
+            job = executor.submit(job_main, json.dumps(spec), json.dumps(plan))
         except (OSError, subprocess.SubprocessError) as err:  # sbatch missing or refused
             raise LaunchError(f"sbatch could not submit the trial: {err}",
                               hint="check the partition, account, qos and limits with sinfo; "
@@ -425,7 +385,7 @@ class Slurm(Launcher):
         job_id = str(job.job_id)
         last_answer = time.monotonic()
         while True:
-            states = _sacct_states(job_id)
+            states = sacct_states(job_id)
             if states is None or job_id not in states:
                 if time.monotonic() - last_answer > _SACCT_PATIENCE_S:
                     raise LaunchError(
@@ -451,7 +411,7 @@ class Slurm(Launcher):
         wall_s = 0.0 if submitted_at is None else time.time() - submitted_at
 
         def failed(status: str, why: str) -> TrialResult:
-            return failure_result(spec, status, f"{why}:\n{_tail(job)}", wall_s=wall_s,
+            return failure_result(spec, status, f"{why}:\n{log_tail(job)}", wall_s=wall_s,
                                   hardware={"device": spec.get("device") or "cpu",
                                             "slurm": record})
 
@@ -459,7 +419,7 @@ class Slurm(Launcher):
             return failed("oom", f"Slurm job {job_id} ran out of memory (mem_gib = "
                           f"{self.mem_gib})")
         if state == "FAILED":
-            why = missed_oom(_stderr_tail(job), _sacct_states(job_id, "ExitCode") or {})
+            why = missed_oom(last_stderr(job), sacct_states(job_id, "ExitCode") or {})
             if why:
                 record["oom_evidence"] = why
                 return failed("oom", f"Slurm job {job_id} ran out of memory (mem_gib = "
@@ -482,68 +442,3 @@ class Slurm(Launcher):
             record["end_to_result_s"] = time.time() - stamps["trial_ended_at"]
         return dataclasses.replace(result, hardware={**result.hardware,
                                                      "slurm": {**stamps, **record}})
-
-
-def missed_oom(stderr_tail: str, exit_codes: dict[str, str]) -> str | None:
-    """Why a job that Slurm recorded as ``FAILED`` was ended by the out-of-memory killer after
-    all, or None.
-
-    Slurm's cgroup v1 plugin learns of an OOM kill from an event that races the step's end; when
-    it loses, the step is ``FAILED`` and slurmstepd may not print its notice. Two signs remain:
-    the notice itself in the job's stderr, and a step killed by ``SIGKILL`` (sacct's ``ExitCode``
-    ``exit:signal`` = ``0:9``), which is how the cgroup's killer ends a process. A time limit or
-    ``scancel`` also ends with SIGKILL, but Slurm records those as ``TIMEOUT``/``CANCELLED``, and
-    the trial never kills itself.
-
-    Args:
-        stderr_tail: The last lines of the job's stderr.
-        exit_codes: sacct's ``ExitCode`` by job and step id (``{"123": "1:0", "123.0": "0:9"}``).
-    """
-    for line in stderr_tail.splitlines():
-        if _OOM_LINE.search(line):
-            return f"its stderr says {line.strip()!r}"
-    killed = sorted(jid for jid, code in exit_codes.items()
-                    if code.partition(":")[2] == str(int(signal.SIGKILL)))
-    if killed:
-        return (f"{', '.join(killed)} ended by SIGKILL (sacct ExitCode 0:9), the cgroup "
-                "out-of-memory killer's signal")
-    return None
-
-
-def _sacct_states(job_id: str, field: str = "State") -> dict[str, str] | None:
-    """``{"123": "RUNNING", "123.batch": ..., "123.0": ...}`` from sacct (or another of its
-    fields, by job and step id); None if it fails."""
-    try:
-        out = subprocess.run(["sacct", "-j", job_id, "-n", "-P", "-o", f"JobID,{field}"],
-                             capture_output=True, text=True, timeout=30, check=False)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    if out.returncode != 0:
-        return None
-    states = {}
-    for line in out.stdout.splitlines():
-        jid, _, state = line.partition("|")
-        states[jid.strip()] = (state.split() or [""])[0]  # "CANCELLED by 0" -> "CANCELLED"
-    return states
-
-
-def _last_lines(path: Path) -> str | None:
-    """The last :data:`_TAIL_LINES` lines of a log; None where it does not exist."""
-    if not path.exists():
-        return None
-    return "\n".join(path.read_text(errors="replace").splitlines()[-_TAIL_LINES:])
-
-
-def _stderr_tail(job: Any) -> str:
-    return _last_lines(Path(job.paths.stderr)) or ""
-
-
-def _tail(job: Any) -> str:
-    """The last lines of the job's stderr, then of its stdout."""
-    parts = []
-    for name in ("stderr", "stdout"):
-        path = Path(getattr(job.paths, name))
-        lines = _last_lines(path)
-        if lines is not None:
-            parts.append(f"--- {name} ({path}) ---\n{lines}")
-    return "\n".join(parts) or "(no logs)"

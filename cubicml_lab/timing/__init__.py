@@ -34,9 +34,10 @@ returns, :class:`~cubicml_lab.trials.TrialResult`, lives in :mod:`cubicml_lab.tr
 
 The raw step time, units per step and device count are always stored, so MFU can be recomputed
 later under another FLOP convention. Multi-process runs report the slowest rank's step time, as
-Megatron-LM does (``time_steps(reduce=...)``). Modules: :mod:`~cubicml_lab.timing.steps` (options,
-clocks, :func:`time_steps`) and :mod:`~cubicml_lab.timing.figures` (the :class:`Timing` record
-and :func:`summarize`). Importing this package imports no torch.
+Megatron-LM does (``time_steps(reduce=...)``). Modules: :mod:`~cubicml_lab.timing.steps`
+(:func:`time_steps`), :mod:`~cubicml_lab.timing.options` (:class:`MeasureOptions`),
+:mod:`~cubicml_lab.timing.clocks` (the clocks) and :mod:`~cubicml_lab.timing.figures` (the
+:class:`Timing` record and :func:`summarize`). Importing this package imports no torch.
 """
 
 from __future__ import annotations

@@ -39,7 +39,7 @@ Importing this module imports no torch; :meth:`DLRMWorkload.build` does.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from functools import lru_cache
 from typing import Any
 
@@ -285,22 +285,7 @@ class DLRMWorkload(Workload):
         idx = torch.randint(0, cfg["rows"], (n_tab, b, cfg["pooling"]), generator=gen, device=dev)
         labels = torch.randint(0, 2, (b,), generator=gen, device=dev).float()
         opt = _optimizers(cfg, tables, list(dense.parameters()))
-        # Table order as the owners send them back: all of rank 0's tables, then rank 1's...
-        by_owner = sorted(range(n_tab), key=lambda t: (owners[t], t))
-        unsort = torch.tensor([by_owner.index(t) for t in range(n_tab)], device=dev)
-        counts = [sum(1 for t in range(n_tab) if owners[t] == r) for r in range(w)]
-        owner_order = torch.tensor(by_owner, device=dev)
-
-        def pooled_sharded() -> torch.Tensor:  # (B, T, D), every table, from their owners
-            send = idx[owner_order].flatten(1)  # (T, B * P) in owner order
-            got = all_to_all.apply(send, [len(mine)] * w, counts)  # (w * mine, B * P)
-            got = got.view(w, len(mine), b, cfg["pooling"]).transpose(0, 1)
-            bags = torch.stack([tab(got[i].reshape(w * b, -1)) for i, tab in enumerate(tables)])
-            bags = bags.view(len(mine), w, b, -1).transpose(0, 1).reshape(w * len(mine), b, -1)
-            if bags.requires_grad:  # each rank's loss is a mean over its own batch: average the
-                bags.register_hook(lambda g: g / w)  # ranks' gradients, as DDP does (replicated)
-            back = all_to_all.apply(bags, counts, [len(mine)] * w)  # (T, B, D) in owner order
-            return back[unsort].transpose(0, 1)
+        pooled_sharded = _sharded_pooling(cfg, idx, tables, owners, mine, w, all_to_all, dev)
 
         def step() -> Any:
             logits = model(x_dense, pooled_sharded()) if sharded else model(x_dense, idx)
@@ -318,6 +303,35 @@ class DLRMWorkload(Workload):
                      parallel={"embedding_sharding": cfg["embedding_sharding"] if w > 1 else
                                "local", "tables_here": len(mine)},
                      matmul_rows=b)
+
+
+def _sharded_pooling(cfg: Mapping[str, Any], idx: Any, tables: Any, owners: list[int],
+                     mine: list[int], w: int, all_to_all: Any, dev: Any) -> Callable[[], Any]:
+    """Table-wise sharding's lookup: a function returning every table's pooled embeddings for
+    this rank's batch, ``(B, T, D)``. Each table's indices ``idx`` (``(T, B, P)``) go to the rank
+    that owns it (``owners``; this rank holds ``tables``, the ids ``mine``), which pools them for
+    all ``w`` ranks' batches, and the bags come back (two ``all_to_all`` exchanges)."""
+    import torch
+
+    n_tab, b = cfg["num_tables"], cfg["batch_size"]
+    # Table order as the owners send them back: all of rank 0's tables, then rank 1's...
+    by_owner = sorted(range(n_tab), key=lambda t: (owners[t], t))
+    unsort = torch.tensor([by_owner.index(t) for t in range(n_tab)], device=dev)
+    counts = [sum(1 for t in range(n_tab) if owners[t] == r) for r in range(w)]
+    owner_order = torch.tensor(by_owner, device=dev)
+
+    def pooled_sharded() -> torch.Tensor:  # (B, T, D), every table, from their owners
+        send = idx[owner_order].flatten(1)  # (T, B * P) in owner order
+        got = all_to_all.apply(send, [len(mine)] * w, counts)  # (w * mine, B * P)
+        got = got.view(w, len(mine), b, cfg["pooling"]).transpose(0, 1)
+        bags = torch.stack([tab(got[i].reshape(w * b, -1)) for i, tab in enumerate(tables)])
+        bags = bags.view(len(mine), w, b, -1).transpose(0, 1).reshape(w * len(mine), b, -1)
+        if bags.requires_grad:  # each rank's loss is a mean over its own batch: average the
+            bags.register_hook(lambda g: g / w)  # ranks' gradients, as DDP does (replicated)
+        back = all_to_all.apply(bags, counts, [len(mine)] * w)  # (T, B, D) in owner order
+        return back[unsort].transpose(0, 1)
+
+    return pooled_sharded
 
 
 def _optimizers(cfg: Mapping[str, Any], tables: Any, dense_params: list[Any]) -> list[Any]:

@@ -38,7 +38,6 @@ Importing this module imports no torch; :func:`build` does.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from functools import lru_cache
 from typing import Any
 
 from ..errors import ConfigError
@@ -227,89 +226,11 @@ shape_features.feature_names = ("tokens", "tokens_x_d_model", "tokens_x_vocab",
                                 "attention_scores", "working_set_bytes")
 
 
-@lru_cache(maxsize=1)
-def _model_class() -> type:
-    """Define the torch modules on first use, so that importing this module needs no torch."""
-    import torch
-    import torch.nn.functional as F
-    from torch import nn
-    from torch.utils.checkpoint import checkpoint
-
-    class Attention(nn.Module):
-        def __init__(self, d: int, heads: int) -> None:
-            super().__init__()
-            self.heads = heads
-            self.qkv = nn.Linear(d, 3 * d, bias=False)
-            self.proj = nn.Linear(d, d, bias=False)
-
-        def forward(self, x: torch.Tensor) -> torch.Tensor:  # x: (B, T, d)
-            b, t, d = x.shape
-            hd = d // self.heads
-            # qkv's output rows are head-major ([q_h; k_h; v_h] per head), so a tensor-parallel
-            # column shard holds whole heads; -1 is the heads on this rank.
-            qkv = self.qkv(x).view(b, t, -1, 3, hd)
-            q, k, v = (z.transpose(1, 2) for z in qkv.unbind(3))  # each (B, heads, T, hd)
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-            return self.proj(y.transpose(1, 2).reshape(b, t, -1))
-
-    class MLP(nn.Module):
-        def __init__(self, d: int, ratio: int) -> None:
-            super().__init__()
-            self.fc = nn.Linear(d, ratio * d, bias=False)
-            self.proj = nn.Linear(ratio * d, d, bias=False)
-
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
-            return self.proj(F.gelu(self.fc(x)))
-
-    class Block(nn.Module):
-        def __init__(self, d: int, heads: int, ratio: int, recompute_mlp: bool) -> None:
-            super().__init__()
-            self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
-            self.attn, self.mlp = Attention(d, heads), MLP(d, ratio)
-            self.recompute_mlp = recompute_mlp
-
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
-            x = x + self.attn(self.ln1(x))
-            h = self.ln2(x)
-            if self.recompute_mlp and torch.is_grad_enabled():
-                return x + checkpoint(self.mlp, h, use_reentrant=False)
-            return x + self.mlp(h)
-
-    class GPTModel(nn.Module):
-        """Decoder-only LM: ``forward(idx (B, T) int64, targets (B, T) int64) -> mean loss``."""
-
-        def __init__(self, cfg: Mapping[str, Any]) -> None:
-            super().__init__()
-            d = cfg["d_model"]
-            self.recompute = cfg["recompute"]
-            self.tok = nn.Embedding(cfg["vocab"], d)
-            self.pos = nn.Embedding(cfg["seq_len"], d)
-            self.blocks = nn.ModuleList(
-                Block(d, cfg["n_heads"], cfg["mlp_ratio"], self.recompute == "selective")
-                for _ in range(cfg["n_layers"]))
-            self.ln_f = nn.LayerNorm(d)
-            self.head = nn.Linear(d, cfg["vocab"], bias=False)
-            self.head.weight = self.tok.weight  # weight tying, as GPT-2
-            for m in self.modules():
-                if isinstance(m, (nn.Linear, nn.Embedding)):
-                    nn.init.normal_(m.weight, mean=0.0, std=0.02)
-
-        def forward(self, idx: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-            x = self.tok(idx) + self.pos(torch.arange(idx.shape[1], device=idx.device))
-            for block in self.blocks:
-                if self.recompute == "full" and torch.is_grad_enabled():
-                    x = checkpoint(block, x, use_reentrant=False)
-                else:
-                    x = block(x)
-            logits = self.head(self.ln_f(x))  # (B, T, vocab)
-            return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())
-
-    return GPTModel
-
-
 def GPT(cfg: Mapping[str, Any]) -> Any:  # noqa: N802 - reads as the class it builds
     """A fresh, randomly initialised model for a resolved config (an ``nn.Module``)."""
-    return _model_class()(cfg)
+    from ._gpt_model import GPTModel  # torch, on first use
+
+    return GPTModel(cfg)
 
 
 class GPTWorkload(Workload):
@@ -359,20 +280,8 @@ class GPTWorkload(Workload):
                 block.compile()
         model, strategy = _parallelize(model, cfg, world, deg)
         dp_rank = world.rank // deg["tp"]  # ranks of one tensor-parallel group share their data
-        gen = torch.Generator(device=dev).manual_seed(cfg["seed"] + 1_000_003 * dp_rank)
-        batches = []
-        for _ in range(cfg["grad_accum"]):
-            seq = torch.randint(0, cfg["vocab"], (cfg["micro_batch"], cfg["seq_len"] + 1),
-                                generator=gen, device=dev)
-            batches.append((seq[:, :-1], seq[:, 1:]))
-        impl = {"fused": True} if cfg["fused_optimizer"] else {"foreach": True}
-        # One param group per tensor class: foreach/fused kernels cannot mix tensor-parallel
-        # DTensors with the plain tensors of the unsplit layers (norms, embeddings).
-        kinds: dict[str, list[Any]] = {}
-        for param in model.parameters():
-            kinds.setdefault(type(param).__name__, []).append(param)
-        opt = torch.optim.AdamW([{"params": ps} for ps in kinds.values()], lr=cfg["lr"],
-                                betas=(0.9, 0.95), weight_decay=0.1, **impl)
+        batches = _token_batches(cfg, dev, cfg["seed"] + 1_000_003 * dp_rank)
+        opt = _adamw(model, cfg)
         bf16 = cfg["precision"] == "bf16"
 
         def autocast() -> Any:
@@ -404,6 +313,35 @@ class GPTWorkload(Workload):
                      precision=cfg["precision"], n_devices=world.world_size,
                      parallel={**deg, "strategy": strategy},
                      matmul_rows=cfg["micro_batch"] * cfg["seq_len"])
+
+
+def _token_batches(cfg: Mapping[str, Any], dev: Any, seed: int) -> list[tuple[Any, Any]]:
+    """``grad_accum`` fixed micro-batches of random tokens made on ``dev`` from a generator
+    seeded ``seed``: ``(inputs, targets)``, each ``(micro_batch, seq_len)``, the targets the
+    inputs shifted by one token."""
+    import torch
+
+    gen = torch.Generator(device=dev).manual_seed(seed)
+    batches = []
+    for _ in range(cfg["grad_accum"]):
+        seq = torch.randint(0, cfg["vocab"], (cfg["micro_batch"], cfg["seq_len"] + 1),
+                            generator=gen, device=dev)
+        batches.append((seq[:, :-1], seq[:, 1:]))
+    return batches
+
+
+def _adamw(model: Any, cfg: Mapping[str, Any]) -> Any:
+    """AdamW over ``model``'s parameters, ``fused`` or ``foreach`` as ``fused_optimizer`` says."""
+    import torch
+
+    impl = {"fused": True} if cfg["fused_optimizer"] else {"foreach": True}
+    # One param group per tensor class: foreach/fused kernels cannot mix tensor-parallel
+    # DTensors with the plain tensors of the unsplit layers (norms, embeddings).
+    kinds: dict[str, list[Any]] = {}
+    for param in model.parameters():
+        kinds.setdefault(type(param).__name__, []).append(param)
+    return torch.optim.AdamW([{"params": ps} for ps in kinds.values()], lr=cfg["lr"],
+                             betas=(0.9, 0.95), weight_decay=0.1, **impl)
 
 
 def _parallelize(model: Any, cfg: Mapping[str, Any], world: World, deg: dict[str, int]
