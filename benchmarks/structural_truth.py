@@ -1,7 +1,7 @@
 """Truth models of clusters whose step time and memory follow OTHER FORMULAS than the prior.
 
 A **model, not measurements**, and deliberately not part of the library: it stands for a cluster
-the project has never seen. The physics prior (:class:`cubicml_lab.physics.LLMTrainingModel`,
+the project has never seen. The physics prior (:class:`cubicml_lab.analytical.LLMTrainingModel`,
 default constants) assumes Megatron's 1F1B/interleaved pipeline, one ring all-reduce per TP
 collective, recompute priced as the work it repeats, a fixed fragmentation factor and reserve,
 and no per-micro-batch cost. A :class:`StructuralTruth` keeps the same knob vocabulary (so the
@@ -77,7 +77,7 @@ from typing import Any
 
 import numpy as np
 
-from cubicml_lab.physics import FACTS, KNOBS
+from cubicml_lab.analytical import FACTS, KNOBS
 from prior_transfer import ClusterPrior
 
 #: The prior's fragmentation factor and reserve (GiB), which :class:`Allocator` replaces.
