@@ -72,13 +72,18 @@ def test_this_cpus_thread_scaling_is_measured_and_leaves_torchs_threads_as_they_
     assert cpu_thread_scaling(1) == 1.0 and not (tmp_path / "cpu_peak.json").exists()
     scaling = cpu_thread_scaling(2)
     assert torch.get_num_threads() == before
-    cached = json.loads((tmp_path / "cpu_peak.json").read_text())
-    rate = {(n, p): cached[f"{cpu_model()}|threads={n}|{p}"]["flops"]
-            for n in (1, 2) for p in ("fp32", "bf16")}
+    path = tmp_path / "cpu_peak.json"
+    cached = json.loads(path.read_text()) if path.exists() else {}
+    # a rate that could not be measured (its timing shared the cores) is not cached, and its
+    # precision is left out of the mean; with none left the scaling is the even split, 1.0
+    rate = {(n, p): cached[key]["flops"] for n in (1, 2) for p in ("fp32", "bf16")
+            if (key := f"{cpu_model()}|threads={n}|{p}") in cached}
     assert all(r > 0 for r in rate.values())
-    # the mean log speed-up of the two precisions' cached rates, in log2 units, within [0, 1]
-    mean = sum(math.log2(rate[2, p] / rate[1, p]) for p in ("fp32", "bf16")) / 2
-    assert scaling == pytest.approx(min(1.0, max(0.0, mean)))
+    logs = [math.log2(rate[2, p] / rate[1, p]) for p in ("fp32", "bf16")
+            if (1, p) in rate and (2, p) in rate]
+    # the mean log speed-up of the precisions' cached rates, in log2 units, within [0, 1]
+    expected = min(1.0, max(0.0, sum(logs) / len(logs))) if logs else 1.0
+    assert scaling == pytest.approx(expected)
 
 
 def test_the_demo_prior_weighs_an_fp32_flop_by_this_cpus_matmul_rates(rates):
