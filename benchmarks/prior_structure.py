@@ -23,6 +23,17 @@ Tables (H100-80GB, 8 per node; each table's own noise seed):
 * ``13b-64xH100:combined``: every change above at once (the prior's favourite layout is 16.5%
   slower than the table's best).
 
+The tables below change the order of layouts within one of the prior's terms or couple a term to
+another knob, which no re-weighting of the prior's terms can express:
+
+* ``13b-64xH100:gemm-waves``: GEMMs in whole waves of 128x128 output tiles over 132
+  multiprocessors, half efficiency at 4e6 output elements (some ``(micro_batch, tp)`` pairs
+  slow, small GEMMs slower).
+* ``175b-1024xH100:dp-overlap``: a bucketed gradient all-reduce hidden by later micro-batches,
+  exposed fraction ``0.15 + 0.85 * 2 / (m + 1)``.
+* ``13b-64xH100:gemm-waves+dp``: 128x256 tiles with half efficiency at 6e6 output elements, and
+  the gradient all-reduce's exposed fraction ``0.1 + 0.9 * 4 / (m + 3)``.
+
 Printed per table: layouts, the fraction out of memory, the fractions the prior's memory model
 gets wrong (fits by the prior, oom in the table, and the reverse), the prior's top pick (its
 best predicted layout that it predicts to fit): its true speed vs the table's best (``oom`` where
@@ -42,8 +53,8 @@ best, what its GP (refitted on that seed's trials) predicts there and at the tab
 
 Run (``--jobs`` worker processes, one torch thread each; 1 on a loaded 2-core machine):
     .venv/bin/python benchmarks/prior_structure.py --layouts-only # the tables only: ~15 s
-    .venv/bin/python benchmarks/prior_structure.py --quick        # 3 seeds: ~60 min, 1 process
-    .venv/bin/python benchmarks/prior_structure.py                # 10 seeds: ~3 h, 1 process
+    .venv/bin/python benchmarks/prior_structure.py --quick        # 3 seeds: ~90 min, 1 process
+    .venv/bin/python benchmarks/prior_structure.py                # 10 seeds: ~5 h, 1 process
     .venv/bin/python benchmarks/prior_structure.py --tables 13b-64xH100:combined --jobs 1
 """
 
@@ -62,8 +73,9 @@ import warnings
 import numpy as np
 
 import prior_transfer as pt
-from structural_truth import (Allocator, MicroBatchOverhead, PipelineSchedule, RecomputeCost,
-                              StructuralTruth, TPCollective, truth_table)
+from structural_truth import (Allocator, DPOverlap, GemmWaves, MicroBatchOverhead,
+                              PipelineSchedule, RecomputeCost, StructuralTruth, TPCollective,
+                              truth_table)
 
 GPU = "H100-80GB"
 #: The structural changes of the tables (:mod:`structural_truth` for each formula).
@@ -72,6 +84,8 @@ TREE_TP = TPCollective(algorithm="tree", hop_latency_s=5e-6, half_bytes=8e6, sp_
 CHEAP_RECOMPUTE = RecomputeCost(selective=0.03, full=0.15)
 ALLOCATOR = Allocator(phi0=0.98, phi1=0.05, r0=1.0, r_tp=0.5, r_pp=0.4, r_v=0.75)
 MB_OVERHEAD = MicroBatchOverhead(per_micro_batch_s=5e-3, tp_sync_s=50e-6)
+GEMM_WAVES = GemmWaves(tile_m=128, tile_n=128, sms=132, half_elements=4e6)
+DP_OVERLAP = DPOverlap(exposed_min=0.15, m0=2.0)
 #: name -> (model, n_gpus, truth, noise seed)
 TABLES = {
     "175b-1024xH100:zero-bubble": ("175b", 1024, StructuralTruth(schedule=ZERO_BUBBLE), 11),
@@ -82,6 +96,11 @@ TABLES = {
     "13b-64xH100:combined": ("13b", 64, StructuralTruth(
         schedule=ZERO_BUBBLE, collective=TREE_TP, recompute=CHEAP_RECOMPUTE, allocator=ALLOCATOR,
         overhead=MB_OVERHEAD), 16),
+    "13b-64xH100:gemm-waves": ("13b", 64, StructuralTruth(gemm=GEMM_WAVES), 17),
+    "175b-1024xH100:dp-overlap": ("175b", 1024, StructuralTruth(dp=DP_OVERLAP), 18),
+    "13b-64xH100:gemm-waves+dp": ("13b", 64, StructuralTruth(
+        gemm=GemmWaves(tile_m=128, tile_n=256, sms=132, half_elements=6e6),
+        dp=DPOverlap(exposed_min=0.1, m0=4.0)), 19),
 }
 SEARCHERS = ("bo", "prior", "prior+mem")
 #: A stop layout further than this from the table's best (%) counts as non-optimal.
@@ -91,7 +110,8 @@ STALL_PCT = 1.0
 TODAY_OOM25: dict[str, float] = {
     "175b-1024xH100:zero-bubble": 1.0, "13b-64xH100:tree-tp": 0.0,
     "70b-256xH100:cheap-recompute": 0.0, "175b-1024xH100:allocator": 2.0,
-    "70b-256xH100:micro-batch-overhead": 0.0, "13b-64xH100:combined": 1.7}
+    "70b-256xH100:micro-batch-overhead": 0.0, "13b-64xH100:combined": 1.7,
+    "175b-1024xH100:dp-overlap": 0.0, "13b-64xH100:gemm-waves+dp": 0.0}
 
 
 # ------------------------------------------------------------------------------ the tables

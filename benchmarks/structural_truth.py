@@ -4,22 +4,24 @@ A **model, not measurements**, and deliberately not part of the library: it stan
 the project has never seen. The physics prior (:class:`cubicml_lab.analytical.LLMTrainingModel`,
 default constants) assumes Megatron's 1F1B/interleaved pipeline, one ring all-reduce per TP
 collective, recompute priced as the work it repeats, a fixed fragmentation factor and reserve,
-and no per-micro-batch cost. A :class:`StructuralTruth` keeps the same knob vocabulary (so the
-prior applies to every row) and the same GEMM, element-wise, data-parallel, optimizer and
-point-to-point times (the prior's own terms, same constants), and replaces one or more of those
-assumptions by another formula, so that the error is in the shape of a term, not in a constant.
+one GEMM efficiency for every GEMM shape, a data-parallel gradient reduction hidden (a fixed
+fraction) behind one micro-batch's backward, and no per-micro-batch cost. A
+:class:`StructuralTruth` keeps the same knob vocabulary (so the prior applies to every row) and
+the prior's own terms (same constants), and replaces one or more of those assumptions by another
+formula, so that the error is in the shape of a term, not in a constant.
 
 Per step, with ``m`` micro-batches, ``L/p`` layers per stage, ``t``/``p``/``v`` the TP, PP and
 virtual-stage degrees, ``b`` micro-batch, ``s`` sequence, ``h`` hidden size, ``C`` and ``E`` the
-prior's GEMM and element-wise seconds per step (forward + backward, every micro-batch), the truth's
-step time is::
+prior's GEMM and element-wise seconds per step (forward + backward, every micro-batch; ``C``
+through :class:`GemmWaves` where one is given), the truth's step time is::
 
     C + E + TP + RC + LAUNCH + BUBBLE + P2P + DP + OPT + OVERHEAD
 
-where ``P2P``, ``DP``, ``OPT`` and ``OVERHEAD`` (and the offload term, 0 in these tables) are
-the prior's, each other term is the prior's unless a change below replaces it, and
-``t_mb = (C + E + TP + RC + LAUNCH) / m`` is the slowest stage's seconds per micro-batch. The
-structural changes (each a parameterised formula):
+where ``P2P``, ``OPT`` and ``OVERHEAD`` (and the offload term, 0 in these tables) are the
+prior's, ``DP`` the prior's unless :class:`DPOverlap` scales it, each other term is the
+prior's unless a change below replaces it, and ``t_mb = (C + E + TP + RC + LAUNCH) / m`` is
+the slowest stage's seconds per micro-batch. The structural changes (each a parameterised
+formula):
 
 * :class:`PipelineSchedule`: another schedule. The prior's bubble is ``(p-1) t_mb / v`` (1F1B,
   interleaved) with ``min(p, m)`` micro-batches in flight on the first stage. Zero-bubble
@@ -63,6 +65,20 @@ structural changes (each a parameterised formula):
   collectives (synchronisation points whose straggler wait grows with the group). The prior has
   only a fixed per-step overhead, so it does not see that many small micro-batches cost time,
   nor that the cost grows with TP.
+* :class:`GemmWaves`: another GEMM efficiency. The prior prices every GEMM at one efficiency,
+  whatever its shape. On the GPU a GEMM of ``n`` rows (``b s`` tokens) and ``d`` output columns
+  runs as ``ceil(n/T_m) ceil(d/T_n)`` output tiles over ``S`` multiprocessors in whole waves, and a
+  small GEMM does not saturate the memory system: its seconds are the prior's divided by
+  ``q (n d / (n d + N_half))``, ``q = tiles / (S ceil(tiles/S))`` the busy fraction of its waves.
+  The tensor-parallel GEMMs' output columns are split ``t`` ways (QKV ``3h/t``, attention
+  projection ``h``, MLP up ``4h/t``, MLP down ``h``; weighted by their FLOPs 3:1:4:4), so some
+  ``(micro_batch, tp)`` pairs leave a last wave nearly empty and are disproportionately slow, and
+  the order of layouts within the compute term changes (a per-term weight cannot express it).
+* :class:`DPOverlap`: a bucketed data-parallel gradient all-reduce that overlaps with the
+  backward passes of the step: ``DP = D (x_min + (1 - x_min) m_0 / (m_0 + m - 1))`` for the
+  prior's ``D`` (whatever its ZeRO stage), so a layout with more micro-batches hides more of its
+  gradient traffic (buckets of earlier micro-batches' accumulated gradients go out while later
+  ones compute), which couples the data-parallel term to the micro-batch and the pipeline degree.
 
 Memory is the prior's (same formulas, same constants) plus a schedule's further micro-batches in
 flight, through an :class:`Allocator` where one is given. Each
@@ -225,6 +241,52 @@ class MicroBatchOverhead:
 
 
 @dataclass(frozen=True, kw_only=True)
+class GemmWaves:
+    """GEMM seconds: the prior's divided by ``q (n d / (n d + half_elements))`` (module docstring).
+
+    Attributes:
+        tile_m: Rows of one output tile.
+        tile_n: Columns of one output tile.
+        sms: Multiprocessors that run tiles at once (one tile each).
+        half_elements: Output elements ``n d`` at which a GEMM reaches half its efficiency
+            (0: every size saturates).
+    """
+
+    tile_m: int = 128
+    tile_n: int = 256
+    sms: int = 132
+    half_elements: float = 0.0
+
+    def factor(self, x: dict[str, np.ndarray]) -> np.ndarray:
+        """Seconds of the truth's GEMMs over the prior's, per row."""
+        n, h, t = x["seq_len"] * x["micro_batch"], x["hidden"], x["tp"]
+        total, weight = 0.0, 0.0
+        for d, w in ((3 * h / t, 3.0), (h, 1.0), (4 * h / t, 4.0), (h, 4.0)):
+            tiles = np.ceil(n / self.tile_m) * np.ceil(d / self.tile_n)
+            busy = tiles / (self.sms * np.ceil(tiles / self.sms))
+            size = n * d
+            total = total + w / (busy * size / (size + self.half_elements))
+            weight += w
+        return total / weight
+
+
+@dataclass(frozen=True, kw_only=True)
+class DPOverlap:
+    """Data-parallel seconds: the prior's times ``x_min + (1 - x_min) m0 / (m0 + m - 1)``.
+
+    Attributes:
+        exposed_min: Fraction ``x_min`` left exposed however many micro-batches hide it.
+        m0: Micro-batches at which half the hideable traffic is hidden (plus one).
+    """
+
+    exposed_min: float = 0.15
+    m0: float = 2.0
+
+    def factor(self, x: dict[str, np.ndarray]) -> np.ndarray:
+        return self.exposed_min + (1 - self.exposed_min) * self.m0 / (self.m0 + x["m"] - 1)
+
+
+@dataclass(frozen=True, kw_only=True)
 class StructuralTruth:
     """A cluster: the prior's physics with the given structural changes (module docstring)."""
 
@@ -233,6 +295,8 @@ class StructuralTruth:
     recompute: RecomputeCost | None = None
     allocator: Allocator | None = None
     overhead: MicroBatchOverhead | None = None
+    gemm: GemmWaves | None = None
+    dp: DPOverlap | None = None
 
     def describe(self) -> str:
         parts = [repr(getattr(self, f.name)) for f in fields(self) if getattr(self, f.name)]
@@ -253,10 +317,15 @@ class StructuralTruth:
         col = {k: prior[k].to_numpy() for k in ("compute", "memory_bound", "tp_comm",
                                                 "recompute", "pipeline", "dp_comm",
                                                 "optimizer", "offload", "overhead")}
-        work = col["compute"] + col["memory_bound"]
         p, v, m = x["pp"], x["virtual_stages"], x["m"]
-        prior_t_mb = (work + col["tp_comm"] + col["recompute"]) / m
+        prior_t_mb = (col["compute"] + col["memory_bound"] + col["tp_comm"]
+                      + col["recompute"]) / m
         p2p = col["pipeline"] - (p - 1) / v * prior_t_mb
+        if self.gemm is not None:
+            col["compute"] = col["compute"] * self.gemm.factor(x)
+        if self.dp is not None:
+            col["dp_comm"] = col["dp_comm"] * self.dp.factor(x)
+        work = col["compute"] + col["memory_bound"]
         terms = {
             "tp_comm": col["tp_comm"] if self.collective is None else
             self.collective.seconds(x, base.gpu.nvlink_gb_s * 1e9),
