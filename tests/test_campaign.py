@@ -91,10 +91,13 @@ def test_resume_continues_without_repeating(gpt_space, tmp_store):
 def test_failures_are_data_and_never_reproposed(gpt_space, tmp_store):
     """A trial that times out is stored as 'timeout', told to the searcher, and the campaign goes on."""
     space = cml.Space([cml.Ordinal("d_model", [32, 1024]), cml.PowerOfTwo("micro_batch", 1, 2)])
-    launcher = cml.launch.Subprocess(timeout_s=8)
+    # 100 timed steps: a second or two for d_model 32 (the interpreter's start dominates, and a
+    # loaded machine gets 15 s for it), minutes for d_model 1024 on any CPU, so it times out
+    launcher = cml.launch.Subprocess(timeout_s=15)
     camp = cml.Campaign("fail", space, workload="gpt", launcher=launcher,
                         searcher=cml.RandomSearch(space, seed=0), store=tmp_store,
-                        measure_options={"max_time_s": 0.3, "warmup_max_s": 0.5, "min_steps": 3},
+                        measure_options={"max_time_s": 0.3, "warmup_max_s": 0.5, "min_steps": 100,
+                                         "max_steps": 100},
                         fixed={"n_layers": 8, "seq_len": 512, "vocab": 128, "n_heads": 2})
     df = camp.run(budget=4, progress=False, verbose=False)
     status = dict(zip(df["d_model"].astype(str) + "/" + df["micro_batch"].astype(str), df["status"]))
