@@ -194,20 +194,40 @@ class _Gauge:
 
     def sample(self) -> float:
         """Seconds per reference step over one sample (the first call also calibrates)."""
-        if self.steps == 0:  # calibrate on the median of 5 timed steps, not one (one slow
-            for _ in range(3):  # step would size every sample too small)
-                self._step()
-            times = []
-            for _ in range(5):
-                t0 = time.perf_counter()
-                self._step()
-                times.append(time.perf_counter() - t0)
-            step_s = sorted(times)[2]
-            self.steps = max(1, round(self.sample_s / max(step_s, 1e-6)))
+        if self.steps == 0:
+            self.steps = self._calibrate()
         t0 = time.perf_counter()
         for _ in range(self.steps):
             self._step()
         return (time.perf_counter() - t0) / self.steps
+
+    def _calibrate(self) -> int:
+        """Steps per sample: ``sample_s`` over the median of 5 timed steps (one slow step would
+        size every sample too small), after 3 warm-up steps, at least 1.
+
+        A step that lasts several samples' length is the whole sample, so the calibration stops
+        as soon as that is settled: the warm-up ends after a step of over
+        :data:`_LONG_STEP_SAMPLES` ``sample_s`` (its one-time costs are then a small part of it),
+        and the timing once 3 of the 5 steps have each lasted over ``sample_s`` / 1.5 (the
+        median is then one of them, and rounds to 1 step).
+        """
+        for _ in range(3):
+            t0 = time.perf_counter()
+            self._step()
+            if time.perf_counter() - t0 > _LONG_STEP_SAMPLES * self.sample_s:
+                break
+        times: list[float] = []
+        while len(times) < 5 and sum(t > self.sample_s / 1.5 for t in times) < 3:
+            t0 = time.perf_counter()
+            self._step()
+            times.append(time.perf_counter() - t0)
+        if len(times) < 5:  # the median of the 5 is over sample_s / 1.5
+            return 1
+        return max(1, round(self.sample_s / max(sorted(times)[2], 1e-6)))
+
+
+#: A reference step that lasts over this many ``sample_s`` ends the calibration's warm-up.
+_LONG_STEP_SAMPLES = 10
 
 
 class ReferenceWork(_Gauge):
@@ -380,6 +400,11 @@ def _kept_nominal(cache: dict, threads: int, rows: int | str) -> float | None:
     return float(speed) if isinstance(speed, (int, float)) and speed > 0 else None
 
 
+#: Seconds the sampling rounds of :func:`establish_reference_scale` may last, about (sub-second
+#: for the fp32 MLP: only a much slower reference samples fewer than its ``rounds``).
+SCALE_ROUNDS_S = 10.0
+
+
 def establish_reference_scale(threads: int, rounds: int = 7,
                               gauges: Mapping[int | str, Callable[[], Any]] | None = None
                               ) -> dict[int | str, float]:
@@ -394,7 +419,9 @@ def establish_reference_scale(threads: int, rounds: int = 7,
     shifted against those that use another: where one is missing, every size is sampled
     ``rounds`` times, round-robin within a second or two, and a missing size's nominal is its
     median speed, moved by the ratio of the kept nominals to the medians now measured of the
-    sizes that have one (geometric mean), or taken as measured when none has.
+    sizes that have one (geometric mean), or taken as measured when none has. Where a round
+    lasts longer (a step of seconds: bf16 matmuls on a CPU without bf16 instructions), only the
+    rounds that fit in :data:`SCALE_ROUNDS_S` are sampled, 3 at least.
 
     Returns:
         ``{size or name: nominal steps/s}`` for every one.
@@ -408,9 +435,16 @@ def establish_reference_scale(threads: int, rounds: int = 7,
         return {r: float(v) for r, v in kept.items() if v is not None}
     works = {r: gauges[r]() for r in names}
     samples: dict[int | str, list[float]] = {r: [] for r in names}
-    for _ in range(rounds):
+    n = rounds
+    for k in range(rounds):
+        t0 = time.perf_counter()
         for r, work in works.items():
             samples[r].append(work.sample())
+        if k == 1:  # the first round also calibrated every gauge: the second is a round's length
+            fit = int(SCALE_ROUNDS_S / max(time.perf_counter() - t0, 1e-9))
+            n = max(min(rounds, 3), min(rounds, fit))
+        if k + 1 >= n:
+            break
     now = {r: 1.0 / sorted(x)[len(x) // 2] for r, x in samples.items()}
     with locked_json_cache("reference.json") as cache:  # another process may have won the race
         kept = {r: _kept_nominal(cache, threads, r) for r in names}
