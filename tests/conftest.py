@@ -3,11 +3,24 @@
 from __future__ import annotations
 
 import os
+import sys
 
 import pytest
 
 # Tests never write the user's cache (the CPU peak-FLOP/s micro-benchmark cache, for instance).
 os.environ.setdefault("CUBICML_LAB_CACHE_DIR", os.path.join(os.path.dirname(__file__), ".cache"))
+
+
+def pytest_sessionstart(session):
+    """Where Python writes no bytecode (PYTHONDONTWRITEBYTECODE, as in CI), compile the package
+    into its __pycache__ (git-ignored) once: every trial subprocess, worker and notebook kernel
+    the tests start then imports it from there instead of compiling it again (about 0.6 s of a
+    2-core machine per process). A module edited later is compiled again, as ever."""
+    if sys.dont_write_bytecode:
+        import compileall
+
+        package = os.path.join(os.path.dirname(os.path.dirname(__file__)), "cubicml_lab")
+        compileall.compile_dir(package, quiet=1)
 
 
 @pytest.fixture
