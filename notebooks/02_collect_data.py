@@ -39,7 +39,8 @@ CONFIGS = [{"micro_batch": 4}, {"micro_batch": 16}, {"micro_batch": 16, "recompu
 REPEATS = 2 if SMOKE else 5  # fresh-process measurements per configuration
 MEASURE = {"max_time_s": 0.5, "warmup_max_s": 0.5} if SMOKE else {"max_time_s": 3.0}
 BUDGET = 2 if SMOKE else 12  # trials of the small collection campaign
-# the campaign's trials: a fresh process each; the smoke run measures them in the kernel
+# the repeats' and the campaign's trials: a fresh process each; the smoke run measures them in
+# the kernel
 LAUNCHER = cml.launch.InProcess() if SMOKE else cml.launch.Subprocess(timeout_s=300)
 NPROC = 2  # processes of the torchrun example
 ROOT = Path.cwd().parent if Path.cwd().name == "notebooks" else Path.cwd()
@@ -72,7 +73,7 @@ result
 # %%
 repeats = cml.launch.measure_repeats(
     WORKLOAD, [{**MODEL, **c} for c in CONFIGS], repeats=REPEATS, device=DEVICE,
-    launcher=cml.launch.Subprocess(timeout_s=300), measure_options=MEASURE)
+    launcher=LAUNCHER, measure_options=MEASURE)
 repeats.to_csv(RUNS / "collect_repeats.csv", index=False)
 spread = cml.launch.repeat_spread(repeats, "step_time_s")
 spread.index = [str(c) for c in CONFIGS]

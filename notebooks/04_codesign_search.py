@@ -42,6 +42,7 @@ START = N_INIT  # trials run without review (nothing to predict from before)
 BUDGET = 5 if SMOKE else 16  # finished trials when the campaign stops, reviewed ones included
 MEMORY_LIMIT_GIB = 2.0  # proposals predicted to need more count as not fitting
 MEASURE = {"max_time_s": 0.5, "warmup_max_s": 1.0} if SMOKE else DEMO_MEASURE
+MODEL = {"seq_len": 32} if SMOKE else {}  # the smoke run's model: shorter sequences, quick steps
 # a fresh process per trial; the smoke run measures in the kernel (no interpreter per trial)
 LAUNCHER = cml.launch.InProcess() if SMOKE else cml.launch.Subprocess(timeout_s=120)
 ROOT = Path.cwd().parent if Path.cwd().name == "notebooks" else Path.cwd()
@@ -68,7 +69,7 @@ search = cml.BayesianSearch(space, objective="throughput", seed=SEED, n_init=N_I
 campaign = cml.Campaign(CAMPAIGN, space, workload="gpt", searcher=search,
                         launcher=LAUNCHER,
                         store=cml.TrialStore(STORE), measure_options=MEASURE,
-                        reference=DEFAULT_CONFIG)
+                        reference=DEFAULT_CONFIG, fixed=MODEL)
 dashboard = cml.widgets.CampaignDashboard(campaign)
 dashboard
 
