@@ -49,10 +49,14 @@ out-of-memory trials in the first 25, for ``bo`` (no prior),
 layout) and, for ``prior+mem`` where every seed stopped at the same layout more than 1% from the
 best, what its GP (refitted on that seed's trials) predicts there and at the table's best; and
 :func:`prior_transfer.tau_figures` (Kendall tau of the GP's ranking of held-out ok layouts after
-10, 20, 50 random ok ones, without -> with the prior). Last, the targets, met or missed.
+10, 20, 50 random ok ones, without -> with the prior); and what one ``prior+mem`` search's
+:meth:`~cubicml_lab.search.BayesianSearch.prior_report` tells its user after 25 trials (seed 0):
+its headline, each term's multiplier (``?``: not identified) and slope, and how well the model
+as given, the calibrated model and the GP rank the trials. Last, the targets, met or missed.
 
 Run (``--jobs`` worker processes, one torch thread each; 1 on a loaded 2-core machine):
     .venv/bin/python benchmarks/prior_structure.py --layouts-only # the tables only: ~15 s
+    .venv/bin/python benchmarks/prior_structure.py --reports-only # prior_report per table: ~10 min
     .venv/bin/python benchmarks/prior_structure.py --quick        # 3 seeds: ~90 min, 1 process
     .venv/bin/python benchmarks/prior_structure.py                # 10 seeds: ~5 h, 1 process
     .venv/bin/python benchmarks/prior_structure.py --tables 13b-64xH100:combined --jobs 1
@@ -281,6 +285,27 @@ def posterior_at_stop(name: str, stops: dict) -> None:
 
 
 # ---------------------------------------------------------------------------------- targets
+def report_figures(name: str, trials: int = 25) -> dict:
+    """What one ``prior+mem`` search (seed 0) tells its user after ``trials`` replayed trials:
+    :meth:`BayesianSearch.prior_report`'s headline, every term's multiplier, and the Kendall
+    tau of the model as given, the calibrated model and the GP (leave-one-out) over the ok
+    trials."""
+    obj = pt.oracle(name)
+    search = pt.factories(name)["prior+mem"](0)
+    obj.replay(search, trials)
+    obj.reset()
+    report = search.prior_report()
+    q = report.quality["kendall_tau"]
+    mult = report.terms["multiplier"]
+    print(f"  prior_report after {trials} trials: {report.headline}")
+    print("    multipliers " + ", ".join(
+        f"{t} {m:.2g}{'' if ident else '?'}" for t, m, ident in
+        zip(report.terms.index, mult, report.terms["identified"]) if m > 0)
+          + f"; slope {report.slope:.2f}; tau over the trials: as given {q['model as given']:.2f}, "
+          f"calibrated {q['calibrated']:.2f}, GP {q['GP (leave-one-out)']:.2f}")
+    return {"headline": report.headline, "multipliers": dict(mult), "slope": report.slope}
+
+
 def targets(layouts: dict, search: dict, stops: dict, taus: dict) -> None:
     print("\ntargets (a later change must meet them)")
 
@@ -326,6 +351,8 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
     parser.add_argument("--layouts-only", action="store_true",
                         help="print the tables against the prior, no searches")
+    parser.add_argument("--reports-only", action="store_true",
+                        help="only what one prior+mem search's prior_report says per table")
     args = parser.parse_args()
     warnings.simplefilter("ignore")
     import torch
@@ -336,6 +363,13 @@ def main() -> None:
     budget = args.budget
     t0 = time.perf_counter()
     layouts, search, stops, taus = {}, {}, {}, {}
+    if args.reports_only:
+        use_structural_tables(("prior+mem",))
+        for name in args.tables:
+            print(name)
+            report_figures(name)
+        print(f"({time.perf_counter() - t0:.0f} s)")
+        return
     if args.layouts_only:
         for name in args.tables:
             layout_figures(name)
@@ -356,6 +390,7 @@ def main() -> None:
             posterior_at_stop(name, stops[name]["prior+mem"])
         t3 = time.perf_counter()
         taus[name] = pt.tau_figures(name, seeds)
+        report_figures(name)
         print(f"  ({t2 - t1:.0f} s table, {t3 - t2:.0f} s search, "
               f"{time.perf_counter() - t3:.0f} s tau)")
         sys.stdout.flush()

@@ -53,6 +53,8 @@ import warnings
 
 import numpy as np
 
+from cubicml_lab.analytical import TERMS
+
 CHECKPOINTS = (10, 25, 50)
 TAU_SIZES = (10, 20, 50)
 #: name -> (model, n_gpus, gpu, perturbation seed of the table's constants)
@@ -100,6 +102,11 @@ class ClusterPrior:
 
     def memory_gib_frame(self, df):
         return self.physics.memory_gib_frame(self.frame(df))
+
+
+# the prior's terms carry the model's names and units, as LLMTrainingModel.cost_terms does
+ClusterPrior.cost_terms.term_names = TERMS
+ClusterPrior.cost_terms.term_units = ("s",) * len(TERMS)
 
 
 class StopWhenSolved:

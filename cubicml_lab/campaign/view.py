@@ -21,7 +21,7 @@ import statistics
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from ..errors import SearchError
+from ..errors import CubicMLError, SearchError
 from ..trials import TrialResult, error_summary, figure_flag, is_contended
 from .state import CampaignState
 
@@ -114,6 +114,29 @@ class CampaignView(CampaignState):
                 return config, value
         return self.best()
 
+    def prior_report(self) -> Any:
+        """What the trials taught the searcher about its physics prior: which cost terms moved
+        and by how much, and how well the calibrated model predicts
+        (:meth:`BayesianSearch.prior_report <cubicml_lab.search.BayesianSearch.prior_report>`).
+
+        Raises:
+            SearchError: If the searcher has no cost model (or is not a Bayesian search), or
+                has too few ok trials.
+        """
+        report = getattr(self.searcher, "prior_report", None)
+        if report is None or getattr(self.searcher, "cost_model", None) is None:
+            raise SearchError(f"{type(self.searcher).__name__} has no physics prior to report on",
+                              hint="Campaign(..., searcher=BayesianSearch(space, "
+                                   "cost_model=job.cost_terms))")
+        return report()
+
+    def _prior_headline(self) -> str | None:
+        """The prior report's one line, or None (no prior, too few trials, no fit)."""
+        try:
+            return self.prior_report().headline
+        except CubicMLError:
+            return None
+
     def reference_value(self) -> float | None:
         """The objective measured for :attr:`reference` (:meth:`measured_value`), or None."""
         return None if self.reference is None else self.measured_value(self.reference)
@@ -149,7 +172,8 @@ class CampaignView(CampaignState):
             value: the best single measurement), ``recommended_config`` and ``recommended``
             (:meth:`recommend`: the searcher's pick and its measured value), ``reference`` (its
             value), ``speedup`` (recommended / reference, for a maximised objective),
-            ``stop_reason``, ``waiting``.
+            ``stop_reason``, ``waiting``, ``prior`` (with a physics prior and enough ok trials:
+            :meth:`prior_report`'s headline, else None).
         """
         trials = self.trials()
         by_status: dict[str, int] = {}
@@ -169,7 +193,8 @@ class CampaignView(CampaignState):
                 "best_config": best_config, "best": best,
                 "recommended_config": rec_config, "recommended": rec,
                 "reference": ref, "speedup": speedup,
-                "stop_reason": self.stop_reason, "waiting": len(self.proposals)}
+                "stop_reason": self.stop_reason, "waiting": len(self.proposals),
+                "prior": self._prior_headline() if trials else None}
 
     def _facts(self) -> list[tuple[str, Any]]:
         from .._html import fmt, knobs
@@ -193,6 +218,8 @@ class CampaignView(CampaignState):
             facts.append((f"speed-up over reference ({what})", f"{s['speedup']:.2f}x"))
         if s["stop_reason"]:
             facts.append(("stopped", s["stop_reason"]))
+        if s["prior"]:
+            facts.append(("physics prior", s["prior"]))
         return facts
 
     def __repr__(self) -> str:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from .base import Searcher
 from .bayesian import BayesianSearch
+from .calibration import PriorReport, prior_report
 from .compare import compare_searchers, searcher_factory, summarize_searches
 from .guided import PredictorGuidedSearch
 from .options import BayesianOptions
@@ -22,6 +23,6 @@ from .proposal import Proposal
 from .random import RandomSearch
 from .table import TableObjective, TableResult
 
-__all__ = ["BayesianOptions", "BayesianSearch", "PredictorGuidedSearch", "Proposal", "RandomSearch",
-           "Searcher", "TableObjective", "TableResult", "compare_searchers", "searcher_factory",
-           "summarize_searches"]
+__all__ = ["BayesianOptions", "BayesianSearch", "PredictorGuidedSearch", "PriorReport", "Proposal",
+           "RandomSearch", "Searcher", "TableObjective", "TableResult", "compare_searchers",
+           "prior_report", "searcher_factory", "summarize_searches"]

@@ -20,6 +20,7 @@ import numpy as np
 
 from ..errors import PredictorError, SearchError
 from ..trials import figure_flag
+from .calibration import PriorReport, prior_report
 from .fitting import BayesianModels
 from .proposal import Proposal
 
@@ -81,6 +82,7 @@ class BayesianReport(BayesianModels):
                            else (-mid, -hi, -lo))
         p_ok = (self.feasibility_model.predict(configs, memory_limit=self.memory_limit_gib)
                 if self.feasibility_model is not None else [None] * len(configs))
+        prior_note = self._prior_note()
         acq = list(info.get("acquisition") or [])
         picks = iter(acq[-sum(not q for q in enqueued):] if acq else [])
         out = []
@@ -89,11 +91,34 @@ class BayesianReport(BayesianModels):
             why = p.reason if queued else (
                 f"highest {'hypervolume ' if self.second_objective else ''}expected improvement"
                 f"{' x P(runs)' if self.feasibility_model is not None else ''} among "
-                f"{info.get('n_pool', 0):,} untried configurations ({info.get('reason', '')})")
+                f"{info.get('n_pool', 0):,} untried configurations ({info.get('reason', '')})"
+                + prior_note)
             out.append(replace(p, predicted=float(mid[i]), lower=float(lo[i]),
                                upper=float(hi[i]), acquisition=a, reason=why,
                                p_feasible=None if p_ok[i] is None else float(p_ok[i])))
         return out
+
+    def prior_report(self) -> PriorReport:
+        """What the trials taught the search about its ``cost_model``: which terms moved and
+        by how much, the fitted slope, how well the model as given, the calibrated model and
+        the GP predict the ok trials, and the memory model's misses
+        (:mod:`~cubicml_lab.search.calibration`).
+
+        Raises:
+            SearchError: Without a cost model, with too few ok trials (``calibration.MIN_OK``),
+                or when the GP cannot be fitted.
+        """
+        return prior_report(self)
+
+    def _prior_note(self) -> str:
+        """``"; <the report's headline>"`` when the prior is off, else "" (a proposal's why)."""
+        if self.cost_model is None or self.second_objective is not None:
+            return ""
+        try:
+            report = prior_report(self)
+        except (SearchError, PredictorError):
+            return ""
+        return f"; {report.headline} (prior_report())" if report.prior_is_off else ""
 
     def recommend(self) -> tuple[dict, float]:
         """The measured configuration the GP rates best: ``(config, estimate)``.

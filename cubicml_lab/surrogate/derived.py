@@ -139,6 +139,8 @@ def model_with_extras(X: torch.Tensor, Y: torch.Tensor, Yvar: torch.Tensor | Non
     with torch.no_grad():
         t = model.train_targets
         model.mean_module.b.fill_(float(t.mean()))
+        for j, i in pairs:  # start where the unit prior centres: equal weight per unit
+            model.mean_module.a[j] = model.mean_module.a[i] - shift[i] + shift[j]
         if exponent is not None:
             model.mean_module.c.fill_(exponent)
             return model

@@ -99,6 +99,54 @@ class FittedGP(BasePredictor):
             shares = torch.softmax(mean.a[mean.src] - mean.shift + logs, dim=1).numpy()
         return pd.DataFrame(shares, columns=self.term_names())
 
+    def cost_calibration(self) -> tuple[np.ndarray, float]:
+        """What the cost-model mean learned, as ``(weights, slope)``.
+
+        The mean is ``b + c * log(sum_i w_i t_i)`` (module doc of
+        :mod:`~cubicml_lab.surrogate.gp`): ``weights`` are the ``w_i``, one per term (a term
+        the fit never saw takes its anchor's weight), up to a common factor that ``b``
+        absorbs; ``slope`` is ``c`` in log units of the objective as the GP models it (-1: the
+        modelled quantity goes as one over the weighted total, as a speed over seconds).
+
+        Raises:
+            PredictorError: Without a cost model, or before :meth:`fit`.
+        """
+        import torch
+
+        self._require_cost_model("cost_calibration")
+        mean = self.model.mean_module
+        with torch.no_grad():
+            logw = (mean.a[mean.src] - mean.shift).numpy().astype(np.float64)
+            slope = float(mean.c.reshape(())) * float(mean.scale) * float(
+                self.model.outcome_transform.stdvs.reshape(()))
+        return np.exp(logw - np.max(logw[np.isfinite(logw)], initial=0.0)), slope
+
+    def at_training(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(targets, mean, leave-one-out)`` at the training rows, in model units (the log of
+        the objective by default) and in the order the fit was given them: what the GP was
+        fitted to, its mean function alone (no kernel correction: with a cost model, the
+        calibrated cost model), and each row's leave-one-out posterior mean with the fitted
+        hyperparameters (closed form, ``y_i - [K^-1 r]_i / [K^-1]_ii`` of the standardised
+        residuals ``r``: as honest about each row as a refit without it, but for the
+        hyperparameters, which saw every row).
+
+        Raises:
+            PredictorError: Before :meth:`fit`.
+        """
+        import torch
+
+        self._check_fitted()
+        m = self.model
+        _, L, alpha = self._train_factor()
+        with torch.no_grad():
+            tf = m.outcome_transform
+            scale, shift = tf.stdvs.reshape(()), tf.means.reshape(())
+            y = m.train_targets
+            mean = m.mean_module(m.train_inputs[0])
+            loo = y - alpha.squeeze(-1) / torch.cholesky_inverse(L).diagonal()
+        return tuple((v * scale + shift).numpy().astype(np.float64).reshape(-1)
+                     for v in (y, mean, loo))  # type: ignore[return-value]
+
     def importance(self) -> pd.Series:
         """How much each kernel input matters to the GP's kernel: ``1 / lengthscale``.
 

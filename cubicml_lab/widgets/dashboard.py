@@ -240,6 +240,8 @@ class CampaignDashboard(W.VBox):
             parts.append(f"{s['speedup']:.2f}× the reference")
         if s.get("stop_reason"):
             parts.append(f"stopped: {s['stop_reason']}")
+        if s.get("prior"):
+            parts.append(f"physics prior: {s['prior']}")
         self.status.value = _text(" · ".join(parts), "font-weight: bold") + _text(
             contention_note(self.trials) or "", "color: var(--jp-warn-color0, #b45309)")
 
