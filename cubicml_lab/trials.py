@@ -305,6 +305,21 @@ class Trial:
             return None
         return self.ended_at - self.started_at
 
+    @property
+    def devices(self) -> int:
+        """Devices the trial held: the launcher's ``world_size`` stored when it started
+        (``hardware["devices"]``; GPUs on CUDA, processes on the CPU); 1 where none was stored
+        or the stored value is not a positive whole number."""
+        n = self.hardware.get("devices") if isinstance(self.hardware, Mapping) else None
+        return n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else 1
+
+    @property
+    def device_seconds(self) -> float | None:
+        """What the trial cost: :attr:`devices` x its wall-clock seconds from start to end
+        (start-up, build, warm-up and timing included); None unless both ends are known."""
+        d = self.duration_s
+        return None if d is None else self.devices * max(0.0, d)
+
     def _facts(self) -> list[tuple[str, Any]]:
         return trial_facts(self.status, self.metrics, self.hardware, self.config, self.error,
                            duration_s=self.duration_s)

@@ -861,7 +861,7 @@ def test_table_is_what_a_person_reads_and_full_is_every_field(gpt_space, tmp_sto
     assert list(table.columns) == [
         "trial_id", "status", "micro_batch", "precision", "recompute", "throughput",
         "throughput_rel_ci", "tokens_per_s", "step_time_s", "peak_mem_gib", "mfu", "contended",
-        "started_at", "duration_s", "error"]
+        "started_at", "duration_s", "device_s", "error"]
     assert table["trial_id"].tolist() == [ok, oom]
     assert table["contended"].tolist() == [True, False]
     assert table["error"].tolist() == [None, "RuntimeError: out of memory"]

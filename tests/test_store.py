@@ -381,13 +381,13 @@ def test_readable_frame_keeps_a_steady_shape_for_any_trials(gpt_store: TrialStor
 
     empty = readable_frame([], ["micro_batch"])
     assert list(empty.columns) == ["trial_id", "status", "micro_batch", "throughput",
-                                   "contended", "started_at", "duration_s", "error"]
+                                   "contended", "started_at", "duration_s", "device_s", "error"]
     _populate(gpt_store)
     table = readable_frame(gpt_store.trials("gpt-cpu"), ["micro_batch", "compile"],
                            objective="tokens_per_s")
     assert list(table.columns) == ["trial_id", "status", "micro_batch", "compile",
                                    "tokens_per_s", "mfu", "contended", "started_at",
-                                   "duration_s", "error"]
+                                   "duration_s", "device_s", "error"]
     assert table["status"].tolist() == ["ok", "failed", "pending"]
     assert table["tokens_per_s"].iloc[0] == 1234.5678901234567  # as stored, not rounded
     assert math.isnan(table["tokens_per_s"].iloc[1]) and math.isnan(table["mfu"].iloc[0])

@@ -103,3 +103,15 @@ def check_run_size(field: str, value: object, launcher: Any) -> int:
 
     high, why = local_process_limit()
     return check_count("parallel", value, high=high, error=ConfigError, why=why)
+
+
+def check_device_hours(value: object) -> float:
+    """``budget_device_hours`` as a float: a finite number > 0."""
+    import math
+
+    if isinstance(value, bool) or not isinstance(value, (int, float)) \
+            or not 0 < value < math.inf:
+        raise ConfigError(f"budget_device_hours = {brief(value)} is not a number > 0",
+                          hint="device-hours the campaign may spend, e.g. "
+                               "run(budget_device_hours=2.0); on the CPU 0.05 is 3 minutes")
+    return float(value)

@@ -23,7 +23,7 @@ from ..errors import ConfigError, LaunchError, StoreError
 from ..search.proposal import Proposal
 from ..store import NoRoom, Trial
 from ..trials import TrialResult
-from .checks import check_run_size
+from .checks import MAX_BUDGET, check_device_hours, check_run_size
 from .recovery import interrupted
 from .state import CampaignState
 from .view import format_trial
@@ -196,7 +196,7 @@ class Loop(CampaignState):
         """``pending -> running`` with the trial process's record and what its proposal
         predicted (``hardware["proposal"]``, read back by any later kernel's dashboard); another
         process that got there first makes it :class:`_Taken`."""
-        hardware = {"process": dict(record)}
+        hardware = {"process": dict(record), "devices": int(self.launcher.world_size)}
         p = self._in_flight.get(trial_id)
         if p is not None:
             hardware["proposal"] = {"phase": p.phase, **{k: float(v) for k, v in (
@@ -230,7 +230,7 @@ class Loop(CampaignState):
 
     # -- the loop ------------------------------------------------------------------------------
     def run(self, budget: int | None = None, parallel: int | None = None, *,
-            progress: bool = True,
+            budget_device_hours: float | None = None, progress: bool = True,
             verbose: bool = True, on_trial: Callable[[Trial], None] | None = None,
             review: Callable[[Proposal], Mapping[str, Any] | None] | None = None,
             full: bool = False) -> pd.DataFrame:
@@ -244,7 +244,13 @@ class Loop(CampaignState):
 
         Args:
             budget: Total finished trials wanted in this campaign, counting earlier runs;
-                default :attr:`budget` (set by a campaign file).
+                default :attr:`budget` (set by a campaign file); with only
+                ``budget_device_hours``, :data:`~cubicml_lab.campaign.checks.MAX_BUDGET`.
+            budget_device_hours: Stop launching once the campaign's finished trials have cost
+                this many device-hours, counting earlier runs (:meth:`device_seconds`: each
+                trial's devices x its wall-clock time, start-up included; on the CPU a device
+                is a trial process, so 0.05 is 3 minutes of one process). Trials in flight
+                then finish; None: no cost limit.
             parallel: Trials in flight at once (one launcher call each, in threads); default
                 :attr:`parallel` (1 unless a campaign file says otherwise).
             progress: Show a tqdm progress bar (works in notebooks and terminals).
@@ -263,7 +269,11 @@ class Loop(CampaignState):
             KeyboardInterrupt: On Ctrl-C / Kernel -> Interrupt, after the cleanup above.
             LaunchError: The launcher could not start trials (those in flight are re-queued).
         """
+        if budget is None and self.budget is None and budget_device_hours is not None:
+            budget = MAX_BUDGET
         budget, parallel = self._run_sizes(budget, parallel)
+        self._cost_cap_s = None if budget_device_hours is None else \
+            3600.0 * check_device_hours(budget_device_hours)
         # interrupted trials shown by propose() but not launched: run() takes them first
         self._resumed[:0] = [p for p in self.proposals if p.trial_id is not None]
         self.proposals = [p for p in self.proposals if p.trial_id is None]
@@ -375,6 +385,11 @@ class Loop(CampaignState):
             finished = self._sync()
             if finished >= budget:
                 break
+            if self._cost_cap_s is not None and self.stop_reason is None:
+                spent = self.device_seconds()
+                if spent >= self._cost_cap_s:
+                    self.stop_reason = (f"device-hour budget reached: {spent / 3600:.3g} of "
+                                        f"{self._cost_cap_s / 3600:.3g} device-hours spent")
             taken = sum(self.store.counts(self.name).values())
             room = min(parallel - len(in_flight), len(self._resumed) + max(0, budget - taken))
             for p in self._next(room, review) if room > 0 and self.stop_reason is None else []:

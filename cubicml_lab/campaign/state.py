@@ -2,7 +2,8 @@
 
 :class:`CampaignState` names them once, with their types, for the parts of the class
 (:mod:`~cubicml_lab.campaign.asking`, :mod:`~cubicml_lab.campaign.loop`,
-:mod:`~cubicml_lab.campaign.recovery`, :mod:`~cubicml_lab.campaign.view`); it sets nothing.
+:mod:`~cubicml_lab.campaign.recovery`, :mod:`~cubicml_lab.campaign.view`); it sets nothing but the default of
+``_cost_cap_s``.
 """
 
 from __future__ import annotations
@@ -43,3 +44,5 @@ class CampaignState:
     _stop: threading.Event
     _running: bool  # run() in progress
     _swept: bool  # dead campaigns' trial folders swept
+    #: run()'s ``budget_device_hours`` in device-seconds (None: no cost limit).
+    _cost_cap_s: float | None = None

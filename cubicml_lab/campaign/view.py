@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..errors import CubicMLError, SearchError
+from ..store import FINAL_STATUSES
 from ..trials import TrialResult, error_summary, figure_flag, is_contended
 from .state import CampaignState
 
@@ -114,6 +115,14 @@ class CampaignView(CampaignState):
                 return config, value
         return self.best()
 
+    def device_seconds(self) -> float:
+        """What the campaign's finished trials cost: the sum of their
+        :attr:`~cubicml_lab.store.Trial.device_seconds` (devices x wall-clock seconds, start-up
+        included), across every run and process that stored them. ``/ 3600``: device-hours,
+        what ``run(budget_device_hours=...)`` counts."""
+        return float(sum(t.device_seconds or 0.0 for t in self.trials()
+                         if t.status in FINAL_STATUSES))
+
     def prior_report(self) -> Any:
         """What the trials taught the searcher about its physics prior: which cost terms moved
         and by how much, and how well the calibrated model predicts
@@ -173,7 +182,8 @@ class CampaignView(CampaignState):
             (:meth:`recommend`: the searcher's pick and its measured value), ``reference`` (its
             value), ``speedup`` (recommended / reference, for a maximised objective),
             ``stop_reason``, ``waiting``, ``prior`` (with a physics prior and enough ok trials:
-            :meth:`prior_report`'s headline, else None).
+            :meth:`prior_report`'s headline, else None), ``device_s`` (what the finished
+            trials cost: :meth:`device_seconds`).
         """
         trials = self.trials()
         by_status: dict[str, int] = {}
@@ -194,7 +204,9 @@ class CampaignView(CampaignState):
                 "recommended_config": rec_config, "recommended": rec,
                 "reference": ref, "speedup": speedup,
                 "stop_reason": self.stop_reason, "waiting": len(self.proposals),
-                "prior": self._prior_headline() if trials else None}
+                "prior": self._prior_headline() if trials else None,
+                "device_s": sum(t.device_seconds or 0.0 for t in trials
+                                if t.status in FINAL_STATUSES)}
 
     def _facts(self) -> list[tuple[str, Any]]:
         from .._html import fmt, knobs
@@ -216,6 +228,8 @@ class CampaignView(CampaignState):
         if s["speedup"] is not None:
             what = "recommended" if s["recommended_config"] != s["best_config"] else "best"
             facts.append((f"speed-up over reference ({what})", f"{s['speedup']:.2f}x"))
+        if s["device_s"]:
+            facts.append(("spent", device_time(s["device_s"])))
         if s["stop_reason"]:
             facts.append(("stopped", s["stop_reason"]))
         if s["prior"]:
@@ -282,3 +296,18 @@ def _unflagged_first(trials: list[Trial], objective: str) -> list[Trial]:
     contended, or no interval), or all of them where every one is (a flagged figure may be
     noise, whichever way it went, while a clean one exists)."""
     return [t for t in trials if figure_flag(t.metrics, objective) is None] or trials
+
+
+def device_time(seconds: float) -> str:
+    """Device time as a person reads it: ``"42 device-s"``, ``"3.5 device-min"`` or
+    ``"2.1 device-h"``.
+
+    Example:
+        >>> device_time(30), device_time(210), device_time(7560)
+        ('30 device-s', '3.5 device-min', '2.1 device-h')
+    """
+    if seconds < 120:
+        return f"{seconds:.0f} device-s"
+    if seconds < 7200:
+        return f"{seconds / 60:.3g} device-min"
+    return f"{seconds / 3600:.3g} device-h"

@@ -39,8 +39,10 @@ def best_so_far_data(df: pd.DataFrame, objective: str = "throughput",
 
     Returns:
         DataFrame with columns trial (1-based position), trial_id, status, value, best,
-        contended (bool) and rel_ci (the value's relative 95% CI from ``{objective}_rel_ci``,
-        NaN where none was stored).
+        contended (bool), rel_ci (the value's relative 95% CI from ``{objective}_rel_ci``,
+        NaN where none was stored) and spent_s (device-seconds spent up to and including the
+        trial: ``duration_s`` x ``hw.devices``, 1 device where none was stored, a trial
+        without both ends 0).
     """
     import numpy as np
     import pandas as pd
@@ -59,15 +61,27 @@ def best_so_far_data(df: pd.DataFrame, objective: str = "throughput",
     return pd.DataFrame({"trial": np.arange(1, len(df) + 1), "trial_id": df["trial_id"].to_numpy(),
                          "status": df["status"].to_numpy(), "value": value, "best": best,
                          "contended": contended,
-                         "rel_ci": np.where(ok, float_column(df, f"{objective}_rel_ci"), np.nan)})
+                         "rel_ci": np.where(ok, float_column(df, f"{objective}_rel_ci"), np.nan),
+                         "spent_s": np.cumsum(np.nan_to_num(float_column(df, "duration_s"))
+                                              * _devices(df))})
+
+
+def _devices(df: pd.DataFrame) -> Any:
+    """Devices per trial: the ``hw.devices`` column where a whole number >= 1, else 1."""
+    import numpy as np
+
+    n = float_column(df, "hw.devices")
+    return np.where(np.isfinite(n) & (n >= 1), np.floor(n), 1.0)
 
 
 def plot_best_so_far(df: pd.DataFrame, objective: str = "throughput", direction: str = "maximize",
                      *, reference: float | None = None, reference_label: str = "default config",
-                     unit: str | None = None, ax: matplotlib.axes.Axes | None = None
-                     ) -> matplotlib.figure.Figure:
+                     unit: str | None = None, ax: matplotlib.axes.Axes | None = None,
+                     spend: bool = True) -> matplotlib.figure.Figure:
     """Best-so-far curve of a campaign: each trial a dot with its 95% CI where one was stored,
-    a trial flagged contended an open dot (not counted as best), failures on the x axis."""
+    a trial flagged contended an open dot (not counted as best), failures on the x axis; with
+    ``spend`` and a stored duration, the device time spent so far on a right-hand axis
+    (:func:`best_so_far_data`'s ``spent_s``)."""
     import numpy as np
 
     data = best_so_far_data(df, objective, direction)
@@ -95,8 +109,24 @@ def plot_best_so_far(df: pd.DataFrame, objective: str = "throughput", direction:
     ax.set_ylabel(axis_label(objective, unit))
     ax.set_title("search progress")
     integer_x_ticks(ax, 1, max(len(data), 1))
+    if spend and float(data["spent_s"].iloc[-1] if len(data) else 0.0) > 0:
+        _plot_spend(ax, data)
     place_legend(ax)
     return fig
+
+
+def _plot_spend(ax: Any, data: pd.DataFrame) -> None:
+    """The device time spent so far, on a second y axis at the right (grey steps)."""
+    total = float(data["spent_s"].iloc[-1])
+    scale, label = ((3600.0, "device-hours") if total >= 7200 else
+                    (60.0, "device-minutes") if total >= 120 else (1.0, "device-seconds"))
+    right = ax.twinx()
+    right.plot(data["trial"], data["spent_s"] / scale, drawstyle="steps-post", color="0.5",
+               ls=":", lw=1.5)
+    right.set_ylabel(f"spent, {label}", color="0.4")
+    right.set_ylim(bottom=0)
+    right.tick_params(axis="y", colors="0.4")
+    ax.plot([], [], color="0.5", ls=":", lw=1.5, label=f"spent ({label}, right)")
 
 
 def plot_repeats(repeats: pd.DataFrame, metric: str = "throughput", *,

@@ -122,7 +122,8 @@ def readable_frame(trials: Sequence[Trial], knobs: Sequence[str],
     Columns: ``trial_id``, ``status``, the ``knobs``, the ``objective`` and its relative 95% CI
     (``{objective}_rel_ci``, where stored), the metrics of :data:`READ_METRICS` that the trials
     have (names carry units), ``contended`` (the contention guard flagged the figure: not
-    trusted), ``started_at`` (local time to the second, a pandas datetime), ``duration_s`` and
+    trusted), ``started_at`` (local time to the second, a pandas datetime), ``duration_s``,
+    ``device_s`` (:attr:`~cubicml_lab.store.Trial.device_seconds`: devices x wall seconds) and
     ``error`` (its summary line: :func:`~cubicml_lab.trials.error_summary`). Values are as
     stored, not rounded; :func:`to_dataframe` has every field.
 
@@ -135,7 +136,7 @@ def readable_frame(trials: Sequence[Trial], knobs: Sequence[str],
         >>> df = readable_frame([t], ["micro_batch"])
         >>> list(df.columns)
         ['trial_id', 'status', 'micro_batch', 'throughput', 'tokens_per_s', 'contended', \
-'started_at', 'duration_s', 'error']
+'started_at', 'duration_s', 'device_s', 'error']
         >>> df["started_at"].dtype.kind, df["duration_s"].item()  # M: a datetime
         ('M', 12.5)
     """
@@ -155,6 +156,7 @@ def readable_frame(trials: Sequence[Trial], knobs: Sequence[str],
                              unit="s", utc=True)
     cols["started_at"] = started.dt.tz_convert(_local_zone()).dt.tz_localize(None).dt.floor("s")
     cols["duration_s"] = pd.Series([_nan(t.duration_s) for t in trials], dtype="float64")
+    cols["device_s"] = pd.Series([_nan(t.device_seconds) for t in trials], dtype="float64")
     cols["error"] = pd.Series([error_summary(t.error) or None for t in trials], dtype=object)
     return pd.DataFrame(cols)
 

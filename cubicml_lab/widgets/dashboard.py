@@ -12,7 +12,7 @@ import ipywidgets as W
 
 from .._html import fmt, knobs, rows_table
 from ..campaign import Campaign
-from ..campaign.view import status_counts
+from ..campaign.view import device_time, status_counts
 from ..errors import CubicMLError
 from ..store import FINAL_STATUSES, Trial, TrialStore
 from ..trials import contention_note, error_summary, is_contended, trial_log
@@ -238,6 +238,8 @@ class CampaignDashboard(W.VBox):
             parts.append(f"reference {fmt(s['reference'])}")
         if s.get("speedup") is not None:
             parts.append(f"{s['speedup']:.2f}× the reference")
+        if s.get("device_s"):
+            parts.append(f"spent {device_time(s['device_s'])}")
         if s.get("stop_reason"):
             parts.append(f"stopped: {s['stop_reason']}")
         if s.get("prior"):
@@ -253,6 +255,9 @@ class CampaignDashboard(W.VBox):
             return
         df = self.campaign.dataframe()
         df = df[df["status"].isin(FINAL_STATUSES)]
+        for extra in self._fig.axes:  # the spend axis of the last draw
+            if extra is not self._ax:
+                extra.remove()
         self._ax.clear()
         plot_best_so_far(df, self.campaign.objective,
                          getattr(self.campaign.searcher, "direction", "maximize"),
