@@ -111,33 +111,49 @@ class PriorReport:
                     and gp - cal >= STRUCTURE_TAU_GAP)
 
     def _facts(self) -> list[tuple[str, Any]]:
-        q = self.quality
-        facts: list[tuple[str, Any]] = [("verdict", self.headline),
-                                        ("ok trials", self.n_ok),
-                                        ("slope (model: -1)", round(self.slope, 3))]
-        for name, row in q.iterrows():
-            facts.append((f"{name}: tau / median error",
-                          f"{fmt(row['kendall_tau'])} / {fmt(row['median_abs_error_pct'])}%"))
+        facts: list[tuple[str, Any]] = [("verdict", self.headline), ("ok trials", self.n_ok),
+                                        ("slope (model: -1)", f"{self.slope:.2f}")]
+        for name, row in self.quality.iterrows():
+            facts.append((f"{name}: Kendall tau, median error",
+                          f"{row['kendall_tau']:.2f}, {row['median_abs_error_pct']:.1f}%"))
         if self.memory is not None:
             m = self.memory
             facts.append(("memory model", f"said fits {m['said fits']} ({m['of which oom']} ran "
                           f"out of memory); said oom {m['said oom']} ({m['of which ran']} ran)"))
         return facts
 
+    def _rows(self) -> list[list[str]]:
+        """One readable row per term: shares in %, the multiplier and its interval, a verdict."""
+        out = []
+        for name, r in self.terms.iterrows():
+            seen = np.isfinite(r["multiplier"])
+            verdict = ("no trial showed it" if not seen else "moved" if r["moved"] else
+                       "holds" if r["identified"] else "not identified")
+            out.append([str(name), f"{100 * r['model share']:.1f}%",
+                        f"{100 * r['calibrated share']:.1f}%",
+                        f"x{r['multiplier']:.2g}" if seen else "",
+                        f"{r['95% low']:.2g} – {r['95% high']:.2g}" if seen else "", verdict])
+        return out
+
+    _COLUMNS = ("term", "model share", "calibrated share", "multiplier", "95% interval", "")
+
     def __repr__(self) -> str:
         return str(self)
 
     def __str__(self) -> str:
+        import pandas as pd
+
         lines = ["PriorReport"] + [f"  {k}: {v}" for k, v in self._facts()]
-        lines.append(self.terms.to_string(float_format=lambda v: f"{v:.3g}"))
+        table = pd.DataFrame(self._rows(), columns=list(self._COLUMNS)).set_index("term")
+        lines.append(table.to_string())
         return "\n".join(lines)
 
     def _repr_html_(self) -> str:
-        cols = ["term", *self.terms.columns]
-        rows = [[name, *row] for name, row in self.terms.iterrows()]
-        return card("What the trials taught the prior", self._facts(), table=(cols, rows),
-                    note="multiplier: what a term costs on the trials against what the model "
-                         "says, relative to the whole step")
+        return card("What the trials taught the prior", self._facts(),
+                    table=(self._COLUMNS, self._rows()),
+                    note="share: of a trial's modelled cost (median over the trials); "
+                         "multiplier: what a term costs on the trials against what the model "
+                         "says, relative to the whole step; report.terms holds the figures")
 
 
 def _tau(a: np.ndarray, b: np.ndarray) -> float:
