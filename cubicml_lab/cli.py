@@ -50,6 +50,8 @@ def _parser() -> argparse.ArgumentParser:
                            "the fastest one's figures kept (default 2)")
     demo.add_argument("--max-time-s", type=float, default=6.0,
                       help="seconds of timed steps per trial (default 6; shorter is noisier)")
+    demo.add_argument("--early-stop", action="store_true",
+                      help="stop a trial's timing once it cannot beat the best so far")
     demo.add_argument("--wait-for-idle-s", type=float, default=0.0,
                       help="before each trial, wait up to this many seconds for other work to "
                            "leave the cores idle (default 0: no wait)")
@@ -126,6 +128,7 @@ def _dispatch(args: argparse.Namespace) -> None:
         run_demo(args.budget, args.store, args.out, campaign=args.campaign, seed=args.seed,
                  launcher=args.launcher, progress=not args.no_progress,
                  max_time_s=args.max_time_s, wait_for_idle_s=args.wait_for_idle_s,
+                 early_stop=args.early_stop,
                  **({} if args.processes is None else {"processes": args.processes}))
     elif args.command == "run":
         from .campaign import Campaign

@@ -212,13 +212,16 @@ def predictor_report(df: pd.DataFrame, space: Space, objective: str = "throughpu
 
     ``flagged`` counts the trials the contention guard flagged (``contended`` > 0: measured
     while other work shared the cores); they are kept, as measured: leaving them out leaves
-    fewer trials to learn from and score, and ranks lower.
+    fewer trials to learn from and score, and ranks lower. A trial stopped early
+    (``stopped_early`` > 0: its figure bounds its speed) is left out.
     """
     import numpy as np
 
     from .surrogate import GPPredictor, cross_val_predict, kendall_tau, mape
 
     ok = df[df["status"].eq("ok")]
+    if "stopped_early" in ok:  # at most this fast: a bound, not a measurement to score
+        ok = ok[~ok["stopped_early"].fillna(0).gt(0)]
     flagged = int(ok["contended"].fillna(0).gt(0).sum()) if "contended" in ok else 0
     configs = [{n: row[n] for n in space.names} for _, row in ok.iterrows()]
     configs = [space.project(c) for c in configs]
@@ -284,7 +287,7 @@ def run_demo(budget: int = 14, store: str | os.PathLike[str] = "data/demo.sqlite
              out: str | os.PathLike[str] = "runs", *, campaign: str | None = None, seed: int = 0,
              launcher: str = "subprocess", progress: bool = True,
              max_time_s: float = DEMO_MEASURE["max_time_s"], processes: int = DEMO_PROCESSES,
-             wait_for_idle_s: float = 0.0
+             wait_for_idle_s: float = 0.0, early_stop: bool = False
              ) -> tuple[dict[str, Any], matplotlib.figure.Figure]:
     """Run the demo campaign end to end and print what it found.
 
@@ -305,6 +308,8 @@ def run_demo(budget: int = 14, store: str | os.PathLike[str] = "data/demo.sqlite
             has a speed level of its own, which more timing in it does not average away.
         wait_for_idle_s: Before each trial process's warm-up, wait up to this many seconds for
             other work to leave the cores idle (``MeasureOptions.wait_for_idle_s``); 0: none.
+        early_stop: Stop a trial's timing once it cannot beat the best so far
+            (``Campaign.run(early_stop=True)``).
 
     Returns:
         A summary dict (best config, speed-up, Kendall tau, paths...) and the figure. The best
@@ -333,7 +338,8 @@ def run_demo(budget: int = 14, store: str | os.PathLike[str] = "data/demo.sqlite
     camp = Campaign(name, space, workload="gpt", launcher=runner, searcher=search,
                     store=trial_store, measure_options=measure, reference=DEFAULT_CONFIG)
     t0 = time.perf_counter()
-    df = camp.run(budget, progress=progress, full=True)  # every field: the report reads them
+    df = camp.run(budget, progress=progress, full=True,  # every field: the report reads them
+                  early_stop=early_stop)
     elapsed = time.perf_counter() - t0
     try:
         summary, fig = _report_demo(camp, search, df, prior, hw, out, seed, processes)

@@ -37,7 +37,7 @@ from .errors import MeasurementError
 from .hardware.drift import applied_factor
 
 __all__ = ["FINISHED", "STATUSES", "Trial", "TrialResult", "contention_note", "dumps",
-           "failure_result", "figure_flag", "is_contended", "trial_log",
+           "failure_result", "figure_flag", "is_contended", "is_stopped_early", "trial_log",
            "json_safe", "restore"]
 
 #: Every trial status, in lifecycle order.
@@ -55,9 +55,18 @@ def is_contended(metrics: Mapping[str, Any]) -> bool:
     return isinstance(flag, (int, float)) and flag > 0
 
 
+def is_stopped_early(metrics: Mapping[str, Any]) -> bool:
+    """Whether the trial's timing stopped once it could not beat the best so far
+    (``metrics["stopped_early"]`` > 0; ``Campaign.run(early_stop=True)``): its figure is an
+    upper bound on its speed from fewer windows, not a full measurement."""
+    flag = metrics.get("stopped_early", 0)
+    return isinstance(flag, (int, float)) and not isinstance(flag, bool) and flag > 0
+
+
 def figure_flag(metrics: Mapping[str, Any], objective: str = "throughput") -> str | None:
     """Why a measured figure must not set the best alone, or None where nothing flags it:
-    ``"contended"`` (:func:`is_contended`) or ``"no interval"`` (its 95% CI,
+    ``"contended"`` (:func:`is_contended`), ``"stopped early"`` (:func:`is_stopped_early`) or
+    ``"no interval"`` (its 95% CI,
     ``{objective}_rel_ci`` else ``step_time_rel_ci``, is NaN or inf: unknown, a figure from
     a single window, shown ``±?``). A figure told without any CI is not flagged (its
     workload reports none).
@@ -70,6 +79,8 @@ def figure_flag(metrics: Mapping[str, Any], objective: str = "throughput") -> st
     """
     if is_contended(metrics):
         return "contended"
+    if is_stopped_early(metrics):
+        return "stopped early"
     ci = metrics.get(f"{objective}_rel_ci", metrics.get("step_time_rel_ci"))
     if isinstance(ci, (int, float)) and not isinstance(ci, bool) and not math.isfinite(ci):
         return "no interval"

@@ -269,9 +269,30 @@ class Campaign(Loop, Asking, Recovery, CampaignView):
         return full
 
     def _spec(self, params: Mapping[str, Any]) -> dict[str, Any]:
-        return {"workload": self.workload.name, "config": self._workload_config(params),
+        spec = {"workload": self.workload.name, "config": self._workload_config(params),
                 "device": self.device, "measure": dict(self.measure_options),
                 **self._command_spec()}
+        beat = self._beat() if self._early_stop else None
+        return spec if beat is None else {**spec, "beat": beat}
+
+    def _beat(self) -> dict[str, Any] | None:
+        """The best so far as a trial's spec carries it (``run(early_stop=True)``), or None
+        while the campaign has no ok trial. A trial's windows are raw step times, so the best
+        is given raw too where its trial stored a raw figure (``throughput_raw``,
+        ``step_time_raw_s``; the stored figure is drift-corrected, which may move it far from
+        the raw one on a machine whose reference speed has changed); else as stored."""
+        try:
+            config, value = self.best()
+        except SearchError:
+            return None
+        raw_name = {"step_time_s": "step_time_raw_s"}.get(self.objective, "throughput_raw")
+        raws = [t.metrics.get(raw_name) for t in self.trials() if t.status == "ok"
+                and {n: t.config.get(n) for n in config} == config
+                and t.metrics.get(self.objective) == value]
+        raw = next((float(r) for r in raws if isinstance(r, (int, float))
+                    and not isinstance(r, bool) and 0 < r < float("inf")), None)
+        return {"objective": self.objective, "value": float(value if raw is None else raw),
+                "direction": getattr(self.searcher, "direction", "maximize")}
 
     def _tell(self, trial: Trial) -> None:
         if trial.id in self._told or trial.status not in FINAL_STATUSES:

@@ -230,7 +230,8 @@ class Loop(CampaignState):
 
     # -- the loop ------------------------------------------------------------------------------
     def run(self, budget: int | None = None, parallel: int | None = None, *,
-            budget_device_hours: float | None = None, progress: bool = True,
+            budget_device_hours: float | None = None, early_stop: bool = False,
+            progress: bool = True,
             verbose: bool = True, on_trial: Callable[[Trial], None] | None = None,
             review: Callable[[Proposal], Mapping[str, Any] | None] | None = None,
             full: bool = False) -> pd.DataFrame:
@@ -251,6 +252,13 @@ class Loop(CampaignState):
                 trial's devices x its wall-clock time, start-up included; on the CPU a device
                 is a trial process, so 0.05 is 3 minutes of one process). Trials in flight
                 then finish; None: no cost limit.
+            early_stop: Stop a trial's timing once its windows show that it cannot beat the
+                best so far (the lower end of its median step time's 95% CI above what would
+                tie the best with a 10% margin, ``launch.runner.EARLY_STOP_MARGIN``); it is
+                stored ``ok`` with the figures it has and ``stopped_early = 1``, is never the
+                best, and the searcher is told it as censored (at most this fast). For the
+                built-in workloads and an objective of ``throughput``, ``<units>_per_s`` or
+                ``step_time_s``; a command job runs its course.
             parallel: Trials in flight at once (one launcher call each, in threads); default
                 :attr:`parallel` (1 unless a campaign file says otherwise).
             progress: Show a tqdm progress bar (works in notebooks and terminals).
@@ -272,6 +280,10 @@ class Loop(CampaignState):
         if budget is None and self.budget is None and budget_device_hours is not None:
             budget = MAX_BUDGET
         budget, parallel = self._run_sizes(budget, parallel)
+        if not isinstance(early_stop, bool):
+            raise ConfigError(f"early_stop = {early_stop!r} is not True or False",
+                              hint="run(early_stop=True) stops trials that cannot win")
+        self._early_stop = early_stop
         self._cost_cap_s = None if budget_device_hours is None else \
             3600.0 * check_device_hours(budget_device_hours)
         # interrupted trials shown by propose() but not launched: run() takes them first

@@ -2,8 +2,8 @@
 
 :class:`CampaignState` names them once, with their types, for the parts of the class
 (:mod:`~cubicml_lab.campaign.asking`, :mod:`~cubicml_lab.campaign.loop`,
-:mod:`~cubicml_lab.campaign.recovery`, :mod:`~cubicml_lab.campaign.view`); it sets nothing but the default of
-``_cost_cap_s``.
+:mod:`~cubicml_lab.campaign.recovery`, :mod:`~cubicml_lab.campaign.view`); it sets nothing
+but the defaults of ``_cost_cap_s`` and ``_early_stop``.
 """
 
 from __future__ import annotations
@@ -46,3 +46,5 @@ class CampaignState:
     _swept: bool  # dead campaigns' trial folders swept
     #: run()'s ``budget_device_hours`` in device-seconds (None: no cost limit).
     _cost_cap_s: float | None = None
+    #: run()'s ``early_stop``: each trial's spec carries the best so far to beat.
+    _early_stop: bool = False

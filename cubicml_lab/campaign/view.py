@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import CubicMLError, SearchError
 from ..store import FINAL_STATUSES
-from ..trials import TrialResult, error_summary, figure_flag, is_contended
+from ..trials import TrialResult, error_summary, figure_flag, is_contended, is_stopped_early
 from .state import CampaignState
 
 if TYPE_CHECKING:
@@ -277,6 +277,8 @@ def format_trial(trial_id: int, space: Space, config: Mapping[str, Any], result:
         step = m.get("step_time_s", math.nan)
         flag = ("  [contended: other work shared the cores; not trusted]"
                 if is_contended(m) else "")
+        flag += ("  [stopped early: cannot beat the best; at most this fast]"
+                 if is_stopped_early(m) else "")
         return (f"trial {trial_id:>3}  ok       {shown} {ci}  "
                 f"step {step:.3f} s  {knobs}{flag}")
     short = error_summary(result.error, 80)
@@ -295,6 +297,7 @@ def _unflagged_first(trials: list[Trial], objective: str) -> list[Trial]:
     """The trials whose figure is not flagged (:func:`~cubicml_lab.trials.figure_flag`:
     contended, or no interval), or all of them where every one is (a flagged figure may be
     noise, whichever way it went, while a clean one exists)."""
+    trials = [t for t in trials if not is_stopped_early(t.metrics)] or trials  # never the best
     return [t for t in trials if figure_flag(t.metrics, objective) is None] or trials
 
 

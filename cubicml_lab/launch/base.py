@@ -50,7 +50,7 @@ MAX_PROCS_PER_NODE = 1024
 #: Most nodes one trial may span.
 MAX_NODES = 4096
 
-_SPEC_KEYS = ("workload", "config", "device", "measure", "command")
+_SPEC_KEYS = ("workload", "config", "device", "measure", "command", "beat")
 
 
 def check_spec(spec: dict[str, Any]) -> dict[str, Any]:
@@ -89,7 +89,8 @@ def check_spec(spec: dict[str, Any]) -> dict[str, Any]:
             f"spec['workload'] must be a non-empty string, got {brief(spec.get('workload'))}",
             hint="name a registered workload, e.g. 'gpt'",
         )
-    for key, kind in (("config", dict), ("device", str), ("measure", dict), ("command", dict)):
+    for key, kind in (("config", dict), ("device", str), ("measure", dict), ("command", dict),
+                      ("beat", dict)):
         if key in spec and spec[key] is not None and not isinstance(spec[key], kind):
             raise ConfigError(
                 f"spec[{key!r}] must be a {kind.__name__}, got {type(spec[key]).__name__}",

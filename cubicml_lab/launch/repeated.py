@@ -86,7 +86,7 @@ _SUMMED = frozenset({"steps_timed", "windows", "contended_windows", "offstate_wi
                      "contended_s", "offstate_s", "drift_gated", "idle_wait_s"})
 _LARGEST = frozenset({"peak_mem_gib", "contended", "cpu_wait", "others_cpu", "cpu_steal",
                       "step_time_rel_spread", "reference_rel_spread", "idle_others_cpu",
-                      "idle_timed_out"})
+                      "idle_timed_out", "stopped_early"})
 _SMALLEST = frozenset({"target_met"})
 #: What ``hardware["processes"]`` keeps of each process's metrics (those it has): its figure
 #: and CI, and what tells a disturbed process from a steady one (its raw figure, reference
@@ -297,6 +297,8 @@ def combine(results: list[TrialResult], records: list[dict[str, Any]] | None = N
     if all(math.isfinite(x) and x > 0 for x in figures) and "throughput" in metrics:
         metrics["process_spread"] = (max(figures) - min(figures)) / metrics["throughput"]
     metrics["processes"] = float(n)
+    if any(float(r.metrics.get("stopped_early", 0.0)) > 0 for r in results):
+        metrics["stopped_early"] = 1.0  # a process stopped it: the figure is partly a bound
     first = results[0]
     records = list(records or [])
     hardware = {**first.hardware, "processes": [

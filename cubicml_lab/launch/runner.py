@@ -24,7 +24,7 @@ import sys
 import time
 import traceback
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..errors import ConfigError
@@ -97,7 +97,7 @@ def run_trial(spec: dict[str, Any]) -> TrialResult:
         hardware = {**hardware_info(device), **world.describe(), "rank": world.rank,
                     "cpu_malloc": tune_cpu_allocator(), "omp_env": _omp_env()}
         status, metrics, error = _build_and_time(workload, config, options, device, world,
-                                                 hardware)
+                                                 hardware, spec.get("beat"))
     except Exception as err:  # noqa: BLE001 - a trial's failure is data, never an exception
         status, metrics, error = _failure(err, world, device)
         del err
@@ -261,9 +261,12 @@ def _corrects(reference: Any, precision: str) -> bool:
 
 
 def _build_and_time(workload: Any, config: dict[str, Any], options: Any, device: str,
-                    world: Any, hardware: dict[str, Any]
+                    world: Any, hardware: dict[str, Any], beat: Any = None
                     ) -> tuple[str, dict[str, float], str | None]:
     """Build the job, time it in steady state, and summarise: ``(status, metrics, error)``.
+
+    With ``beat`` (the spec's best so far, :func:`losing_step_s`) timing stops early once the
+    trial cannot beat it, and the metrics carry ``stopped_early = 1``.
 
     ``hardware`` gains the parallel layout and, on CUDA, the telemetry of the timed windows.
     On CPU the peak memory is the process's high-water resident size less what building the
@@ -289,6 +292,8 @@ def _build_and_time(workload: Any, config: dict[str, Any], options: Any, device:
     reset_peak_memory(device)
     built = workload.build(config, device, world)
     hardware["parallel"] = dict(built.parallel)
+    options = replace(options, losing_step_s=losing_step_s(beat, built.units_per_step,
+                                                           workload.units))
     timed = _time_built(built, workload, ref_config, mlp_precision, options, device, world,
                         threads, hardware)
     if not math.isfinite(timed.loss):
@@ -297,8 +302,48 @@ def _build_and_time(workload: Any, config: dict[str, Any], options: Any, device:
                               f"and {t.steps_timed} timed steps: training diverged (lr = "
                               f"{config.get('lr')!r}?); the step time of a diverged run is not "
                               "reported")
-    return "ok", _ok_metrics(timed, built, workload, world, device, peak_flops, threads,
-                             hardware), None
+    metrics = _ok_metrics(timed, built, workload, world, device, peak_flops, threads, hardware)
+    if timed.timing.stop_reason == "losing":
+        metrics["stopped_early"] = 1.0
+    return "ok", metrics, None
+
+
+#: How far below the best so far a trial's best case must be before it is stopped: the best
+#: is a drift-corrected figure and the trial's windows are raw, and on a drifting machine one
+#: configuration's figures spread by up to ~7% between processes (a 2-core VM:
+#: ``benchmarks/ab_revisions.py``'s module doc), so a trial is stopped only when even 10%
+#: more speed would not make it the best.
+EARLY_STOP_MARGIN = 0.10
+
+
+def losing_step_s(beat: Any, units_per_step: float, units: str) -> float | None:
+    """The step time above which a trial cannot beat ``beat`` (``{"objective", "value",
+    "direction"}``: the campaign's best so far), with :data:`EARLY_STOP_MARGIN`; None where
+    there is nothing to beat or the objective is not a step time or a rate of the workload's
+    units (``throughput``, ``<units>_per_s``: ``units_per_step / step_time``).
+
+    Example:
+        >>> losing_step_s({"objective": "throughput", "value": 100.0}, 50.0, "tokens")
+        0.5555555555555556
+        >>> losing_step_s({"objective": "step_time_s", "value": 2.0, "direction": "minimize"},
+        ...               50.0, "tokens")
+        2.2
+        >>> losing_step_s({"objective": "mfu", "value": 0.4}, 50.0, "tokens") is None
+        True
+    """
+    if not isinstance(beat, Mapping):
+        return None
+    value, objective = beat.get("value"), beat.get("objective")
+    direction = beat.get("direction", "maximize")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) \
+            or not 0 < value < math.inf:
+        return None
+    if direction == "maximize" and objective in ("throughput", f"{units}_per_s") \
+            and units_per_step > 0:
+        return float(units_per_step) / (value * (1.0 - EARLY_STOP_MARGIN))
+    if direction == "minimize" and objective == "step_time_s":
+        return float(value) * (1.0 + EARLY_STOP_MARGIN)
+    return None
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,8 @@ def best_so_far_data(df: pd.DataFrame, objective: str = "throughput",
     """Per trial in id order: its value (NaN unless ok) and the best ok value so far.
 
     A flagged trial (:func:`~cubicml_lab.trials.figure_flag`: a ``contended`` column > 0,
-    other work shared the cores while it was timed; or a stored ``{objective}_rel_ci`` that is
+    other work shared the cores while it was timed; a ``stopped_early`` column > 0, a timing
+    stopped once it could not beat the best; or a stored ``{objective}_rel_ci`` that is
     NaN or inf, a figure without an interval) keeps its value but does not move the
     best-so-far line while the campaign has an unflagged ok trial, as
     :meth:`~cubicml_lab.Campaign.best` passes over it.
@@ -53,7 +54,8 @@ def best_so_far_data(df: pd.DataFrame, objective: str = "throughput",
     value = np.where(ok, raw, np.nan)
     contended = ok & (np.nan_to_num(float_column(df, "contended")) > 0)
     ci = f"{objective}_rel_ci" if f"{objective}_rel_ci" in df else "step_time_rel_ci"
-    flagged = contended | (ok & (ci in df) & ~np.isfinite(float_column(df, ci)))
+    stopped = ok & (np.nan_to_num(float_column(df, "stopped_early")) > 0)
+    flagged = contended | stopped | (ok & (ci in df) & ~np.isfinite(float_column(df, ci)))
     counted = np.where(flagged, np.nan, value) if (ok & ~flagged).any() else value
     signed = counted if direction == "maximize" else -counted
     best = np.fmax.accumulate(signed)  # NaN (failed trials) carry the best so far forward

@@ -33,7 +33,7 @@ import numpy as np
 from .._bounds import check_count
 from .._params import brief
 from ..errors import SearchError, SpaceError
-from ..trials import FINISHED, figure_flag
+from ..trials import FINISHED, figure_flag, is_stopped_early
 from . import pool as _pools
 from .pool import MAX_CANDIDATES, NEIGHBOUR_BEST, config_key
 from .proposal import Proposal
@@ -427,6 +427,7 @@ class Searcher:
             n_bad = len(self._history)
             raise SearchError(f"no ok trial yet ({n_bad} told, none ok)",
                               hint="tell a measured trial with status='ok' first")
+        ok = [h for h in ok if not is_stopped_early(h["values"])] or ok  # never the best
         ok = [h for h in ok if figure_flag(h["values"], self.objective) is None] or ok
         values = np.array([h["value"] for h in ok], dtype=np.float64)
         i = int(np.argmax(values) if self.direction == "maximize" else np.argmin(values))

@@ -66,6 +66,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..errors import PredictorError, SearchError
+from ..trials import is_stopped_early
 from .acquisition import BO_P_FEASIBLE, log_ei_standard
 from .drift import DRIFT_ROUNDS, DRIFT_TOL, at_drift_exponent, drift_covariate, learn_drift
 from .fitting import CONTENDED_REL_NOISE, FEASIBILITY_MAX_ITER, NOISE_METRICS, observed_noise
@@ -74,6 +75,9 @@ from .options import MAX_MC_SAMPLES, MAX_N_INIT, BayesianOptions, default_n_init
 from .phases import BayesianPhases
 from .prior import PRIOR_MIN_OK, PriorTerms
 from .report import BayesianReport
+
+#: The relative 95% CI taken for a trial stopped early that carries none (its bound's width).
+STOPPED_REL_CI = 0.10
 
 if TYPE_CHECKING:
     from ..space import Space
@@ -244,8 +248,21 @@ class BayesianSearch(BayesianReport, BayesianPhases):
         ok = [h for h, k in zip(ok, keep) if k]
         cov = drift_covariate([h["values"] for h in ok], self.objective) \
             if self.learn_drift and len(ok) >= 3 else None
-        return ([h["config"] for h in ok], np.array([h["value"] for h in ok], dtype=np.float64),
-                rel, cov)
+        return ([h["config"] for h in ok], np.array([self._observed(h) for h in ok],
+                                                    dtype=np.float64), rel, cov)
+
+    def _observed(self, h: dict) -> float:
+        """An ok observation's value for the GP: its figure, or for a trial stopped early
+        (:func:`~cubicml_lab.trials.is_stopped_early`: at most this fast) the optimistic end
+        of its 95% interval, so the GP never believes it slower than it may be, and the
+        acquisition, which compares with the best, rates its neighbours by that bound."""
+        value = float(h["value"])
+        if not is_stopped_early(h["values"]):
+            return value
+        v = h["values"]
+        rel = v.get(f"{self.objective}_rel_ci", v.get("step_time_rel_ci", STOPPED_REL_CI))
+        rel = rel if isinstance(rel, (int, float)) and 0 <= rel < 0.5 else STOPPED_REL_CI
+        return value / (1.0 - rel) if self.direction == "maximize" else value * (1.0 - rel)
 
     # -- the Searcher hook ----------------------------------------------------------------------
     def _propose(self, n: int, pool: list[dict], rng: np.random.Generator) -> list[dict]:

@@ -11,9 +11,10 @@ fit made of that, so a person learns something about their cluster and not only 
   ``sum w t / sum t``: on the trials, term ``i`` costs ``m_i`` times what the model says,
   relative to the step as a whole (a pipeline bubble at 0.4 is one that another schedule
   shrank). Each comes with a 95% interval: the Laplace approximation of the mean as a
-  regression on the trials, with what the calibrated mean leaves unexplained as its noise and
-  the mean's prior on each weight (``UNIT_PRIOR_SD`` with ``term_units``); a table replayed
-  without noise still has that residual. A term is **identified** when it carries at least
+  regression on the trials, with what the calibrated mean leaves unexplained as its noise (at
+  least a measurement's own noise, as the GP has it) and the mean's prior on each weight
+  (``UNIT_PRIOR_SD`` with ``term_units``); a table replayed without noise still has that
+  residual. A term is **identified** when it carries at least
   ``MIN_SHARE`` of some trial's calibrated cost and its interval spans at most
   ``IDENTIFIED_FACTOR`` either way: the trials tell its weight apart from the others' (two
   terms that move together across the trials, or one that never matters, are not). It
@@ -244,7 +245,8 @@ def prior_report(search: Any) -> PriorReport:
         share_cal = np.exp(logs + np.log(weights) - cal[:, None])
     mult = np.where(np.nanmax(share_model, axis=0) > 0, mult, np.nan)  # no trial showed it
     units = getattr(pred.cost_model, "term_units", None)
-    se = _log_multiplier_se(share_cal, cal, slope, float(np.mean((y - mean) ** 2)),
+    noise = float(getattr(pred, "_new_noise_var", 0.0) or 0.0)  # a new measurement's
+    se = _log_multiplier_se(share_cal, cal, slope, max(float(np.mean((y - mean) ** 2)), noise),
                             UNIT_PRIOR_SD if units is not None else WEIGHT_PRIOR_SD)
     low, high = mult * np.exp(-1.96 * se), mult * np.exp(1.96 * se)
     identified = (np.nanmax(share_cal, axis=0) >= MIN_SHARE) & (1.96 * se <= math.log(

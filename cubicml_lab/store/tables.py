@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import DependencyError, StoreError
-from ..trials import error_summary, is_contended
+from ..trials import error_summary, is_contended, is_stopped_early
 from .raw_row import parse_row
 from .schema import _SQLITE_MAGIC, Trial, _check_path
 
@@ -122,10 +122,12 @@ def readable_frame(trials: Sequence[Trial], knobs: Sequence[str],
     Columns: ``trial_id``, ``status``, the ``knobs``, the ``objective`` and its relative 95% CI
     (``{objective}_rel_ci``, where stored), the metrics of :data:`READ_METRICS` that the trials
     have (names carry units), ``contended`` (the contention guard flagged the figure: not
-    trusted), ``started_at`` (local time to the second, a pandas datetime), ``duration_s``,
-    ``device_s`` (:attr:`~cubicml_lab.store.Trial.device_seconds`: devices x wall seconds) and
-    ``error`` (its summary line: :func:`~cubicml_lab.trials.error_summary`). Values are as
-    stored, not rounded; :func:`to_dataframe` has every field.
+    trusted), ``stopped_early`` where a trial has it (its timing stopped once it could not
+    beat the best: its figure bounds its speed), ``started_at`` (local time to the second, a
+    pandas datetime), ``duration_s``, ``device_s``
+    (:attr:`~cubicml_lab.store.Trial.device_seconds`: devices x wall seconds) and ``error``
+    (its summary line: :func:`~cubicml_lab.trials.error_summary`). Values are as stored, not
+    rounded; :func:`to_dataframe` has every field.
 
     Example:
         >>> from cubicml_lab.store import Trial
@@ -152,6 +154,9 @@ def readable_frame(trials: Sequence[Trial], knobs: Sequence[str],
         if name == objective or name in present:
             cols[name] = _column(pd, [t.metrics.get(name) for t in trials], exact=False)
     cols["contended"] = pd.Series([is_contended(t.metrics) for t in trials], dtype=bool)
+    if "stopped_early" in present:
+        cols["stopped_early"] = pd.Series([is_stopped_early(t.metrics) for t in trials],
+                                          dtype=bool)
     started = pd.to_datetime(pd.Series([_nan(t.started_at) for t in trials], dtype="float64"),
                              unit="s", utc=True)
     cols["started_at"] = started.dt.tz_convert(_local_zone()).dt.tz_localize(None).dt.floor("s")

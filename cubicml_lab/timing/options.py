@@ -79,6 +79,11 @@ class MeasureOptions:
             The trial records ``idle_wait_s``, ``idle_others_cpu`` and ``idle_timed_out``.
             A busy machine otherwise gets ``contended`` (flagged) figures; the subprocess
             launchers add this wait to their ``timeout_s``.
+        losing_step_s: Stop timing once at least 6 windows are timed and the lower end of
+            the median step time's 95% CI is above this many seconds: the trial cannot beat
+            the best so far (``Timing.stop_reason == "losing"``; the trial is stored with the
+            figures it has and ``stopped_early = 1``). None, the default: never. A campaign
+            run with ``early_stop=True`` sets it per trial from its best so far.
     """
 
     target_rel_ci: float = 0.015
@@ -107,6 +112,7 @@ class MeasureOptions:
     # takes out.
     drift_per_window: bool = True
     wait_for_idle_s: float = 0.0
+    losing_step_s: float | None = None
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -136,7 +142,9 @@ class MeasureOptions:
                   ("drift_tol", self.drift_tol >= 0, ">= 0 (0: off)"),
                   ("drift_budget", self.drift_budget >= 0, ">= 0"),
                   ("wait_for_idle_s", 0 <= self.wait_for_idle_s <= MAX_IDLE_WAIT_S,
-                   f"in [0, {MAX_IDLE_WAIT_S:g}] seconds (0: no wait)")]
+                   f"in [0, {MAX_IDLE_WAIT_S:g}] seconds (0: no wait)"),
+                  ("losing_step_s", self.losing_step_s is None or self.losing_step_s > 0,
+                   "> 0 seconds, or None (never stop early)")]
         checks += [(name, getattr(self, name) <= MAX_STEPS, f"at most {MAX_STEPS:,} steps")
                    for name in ("min_steps", "max_steps", "warmup_min_steps", "warmup_max_steps")]
         checks += [(name, (getattr(self, name) or 0) <= MAX_PHASE_S,

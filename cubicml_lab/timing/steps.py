@@ -227,7 +227,8 @@ def time_steps(step: Callable[[], Any], *, sync: Callable[[], None] | None = Non
     ``max_steps // 8``, so that the budget holds 8 windows: the order-statistic CI of a median
     needs 6), reading the clock and synchronising only at window edges. It stops once
     ``min_steps`` are timed and the median's CI is within ``target_rel_ci``, or when the next
-    window would pass ``max_steps`` or ``max_time_s``. Garbage: one full collection before
+    window would pass ``max_steps`` or ``max_time_s``, or (``losing_step_s``) once the clean
+    windows show the step slower than that for sure (``stop_reason == "losing"``). Garbage: one full collection before
     timing, generation 1 between windows, none inside them (the caller's gc state is restored,
     also when ``step`` raises).
 
@@ -310,12 +311,24 @@ def time_steps(step: Callable[[], Any], *, sync: Callable[[], None] | None = Non
             if w.steps >= o.min_steps and rel_ci <= o.target_rel_ci:
                 stop_reason = "target met"
                 break
+            if _losing(w.times, o.losing_step_s):
+                stop_reason = "losing"
+                break
         if w.gating and w.off and len(w.times) < _CLEAN_MIN:
             w.stop_gating()  # too few windows at the usual speed: keep every window
     finally:
         if gc_was_enabled:
             gc.enable()
     return replace(_timing(w, warm, k, stop_reason, time.perf_counter() - t_begin), idle=idle)
+
+
+def _losing(times: list[float], losing_step_s: float | None) -> bool:
+    """Whether the clean windows so far (at least :data:`_CLEAN_MIN`) put the lower end of
+    the median step time's 95% CI above ``losing_step_s`` (``MeasureOptions.losing_step_s``)."""
+    if losing_step_s is None or len(times) < _CLEAN_MIN:
+        return False
+    med = quantile(sorted(times), 0.5)
+    return med * (1.0 - median_rel_ci(times)) > losing_step_s
 
 
 def _wait_for_idle(timeout_s: float) -> dict[str, float]:

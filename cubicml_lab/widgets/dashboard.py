@@ -15,7 +15,7 @@ from ..campaign import Campaign
 from ..campaign.view import device_time, status_counts
 from ..errors import CubicMLError
 from ..store import FINAL_STATUSES, Trial, TrialStore
-from ..trials import contention_note, error_summary, is_contended, trial_log
+from ..trials import contention_note, error_summary, is_contended, is_stopped_early, trial_log
 from ._common import _FONT, _GREY, _error_html, _guard, _interval, _set_png, _text, _unit
 
 if TYPE_CHECKING:
@@ -275,8 +275,12 @@ class CampaignDashboard(W.VBox):
         for t in latest:
             predicted = self._predicted(t)
             note = error_summary(t.error, 60)
-            flagged = t.status == "ok" and is_contended(t.metrics)
-            rows.append([t.id, "ok, contended" if flagged else t.status,
+            shown = t.status
+            if t.status == "ok" and is_contended(t.metrics):
+                shown = "ok, contended"
+            if t.status == "ok" and is_stopped_early(t.metrics):
+                shown += ", stopped early"
+            rows.append([t.id, shown,
                          *(t.config.get(n) for n in names),
                          t.metrics.get(obj, ""), predicted,
                          t.metrics.get("step_time_s", ""), note])
