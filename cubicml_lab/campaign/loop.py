@@ -393,11 +393,14 @@ class Loop(CampaignState):
         trial takes one of the campaign's ``budget`` slots in the store
         (:meth:`~cubicml_lab.store.TrialStore.claim_trial`), so between them they finish
         exactly ``budget``; while the others hold every slot left, this one waits for them."""
+        checked_at = -1  # finished trials when the cost was last summed
         while True:
             finished = self._sync()
             if finished >= budget:
                 break
-            if self._cost_cap_s is not None and self.stop_reason is None:
+            if self._cost_cap_s is not None and self.stop_reason is None \
+                    and finished != checked_at:  # the store is read once per finished trial
+                checked_at = finished
                 spent = self.device_seconds()
                 if spent >= self._cost_cap_s:
                     self.stop_reason = (f"device-hour budget reached: {spent / 3600:.3g} of "

@@ -120,8 +120,7 @@ class CampaignView(CampaignState):
         :attr:`~cubicml_lab.store.Trial.device_seconds` (devices x wall-clock seconds, start-up
         included), across every run and process that stored them. ``/ 3600``: device-hours,
         what ``run(budget_device_hours=...)`` counts."""
-        return float(sum(t.device_seconds or 0.0 for t in self.trials()
-                         if t.status in FINAL_STATUSES))
+        return spent_s(self.trials())
 
     def prior_report(self) -> Any:
         """What the trials taught the searcher about its physics prior: which cost terms moved
@@ -205,8 +204,7 @@ class CampaignView(CampaignState):
                 "reference": ref, "speedup": speedup,
                 "stop_reason": self.stop_reason, "waiting": len(self.proposals),
                 "prior": self._prior_headline() if trials else None,
-                "device_s": sum(t.device_seconds or 0.0 for t in trials
-                                if t.status in FINAL_STATUSES)}
+                "device_s": spent_s(trials)}
 
     def _facts(self) -> list[tuple[str, Any]]:
         from .._html import fmt, knobs
@@ -299,6 +297,11 @@ def _unflagged_first(trials: list[Trial], objective: str) -> list[Trial]:
     noise, whichever way it went, while a clean one exists)."""
     trials = [t for t in trials if not is_stopped_early(t.metrics)] or trials  # never the best
     return [t for t in trials if figure_flag(t.metrics, objective) is None] or trials
+
+
+def spent_s(trials: list[Trial]) -> float:
+    """The device-seconds the finished ``trials`` cost (:attr:`Trial.device_seconds`)."""
+    return float(sum(t.device_seconds or 0.0 for t in trials if t.status in FINAL_STATUSES))
 
 
 def device_time(seconds: float) -> str:
