@@ -29,7 +29,8 @@ def test_a_trial_costs_its_devices_times_its_wall_time():
 
 @pytest.fixture
 def space():
-    return cml.Space([cml.PowerOfTwo("micro_batch", 1, 8), cml.Choice("precision", ["fp32"])])
+    return cml.Space([cml.PowerOfTwo("micro_batch", 1, 8), cml.Choice("precision", ["fp32"]),
+                      cml.Choice("recompute", ["none", "full"])])
 
 
 def test_a_campaign_stops_on_its_device_hour_budget(space, tmp_store):
@@ -53,6 +54,7 @@ def test_a_campaign_stops_on_its_device_hour_budget(space, tmp_store):
     assert "spent" in camp._repr_html_()
     # the count budget still holds alongside
     n = len(df)
+    assert n < space.size()  # room for one more
     camp.run(budget=n + 1, budget_device_hours=1.0, progress=False, verbose=False)
     assert len(camp.trials()) == n + 1 and camp.stop_reason == "budget reached"
 
