@@ -139,6 +139,33 @@ def test_cancelled_trial_ends_failed(cluster: SlurmCluster, jobs_folder: Path) -
     assert res.hardware["slurm"]["job_id"] == job_ids[0]
 
 
+def test_a_losing_command_trial_ends_its_slurm_job_early(cluster: SlurmCluster,
+                                                         jobs_folder: Path,
+                                                         tmp_path: Path) -> None:
+    """A user's command given a best it cannot beat (``spec["beat"]``, as
+    ``Campaign.run(early_stop=True)`` gives it): its trial, inside the allocation, stops the job
+    as losing after 6 windows instead of its 30 s, and the Slurm job ends with it."""
+    from cubicml_lab.launch.process import process_start
+    from cubicml_lab.workloads import Command
+
+    toy = str(Path(__file__).resolve().parent / "jobs" / "toy_job.py")
+    pidfile = tmp_path / "job.pid"
+    job = Command("toy-pid", argv=[sys.executable, toy, "pidfile", str(pidfile)],
+                  units="samples", env={"TOY_STEP_S": "0.02"})
+    spec = {"workload": job.name, "config": {}, "command": job.to_spec(),
+            "measure": {"max_time_s": 30, "target_rel_ci": 1e-9, "min_steps": 5,
+                        "max_steps": 10**5},
+            "beat": {"objective": "step_time_s", "value": 0.005, "direction": "minimize"}}
+    res = Slurm(time_limit_min=5, folder=jobs_folder, mem_gib=1).run(spec)
+    assert res.status == "ok", res.error
+    assert res.hardware["job"]["ended"] == "losing" and res.metrics["stopped_early"] == 1.0
+    slurm = res.hardware["slurm"]
+    assert slurm["state"] == "COMPLETED" and _sacct_state(cluster, slurm["job_id"]) == "COMPLETED"
+    assert res.metrics["job_wall_s"] < 10 and slurm["trial_ended_at"] - slurm["job_started_at"] < 20
+    pid = int(pidfile.read_text())
+    assert process_start(pid) is None, f"the job's process {pid} outlived its Slurm job"
+
+
 def test_a_failed_job_is_oom_only_on_slurms_oom_notice_or_a_sigkill() -> None:
     # the notice slurmstepd printed for a real OOM job of the test above
     notice = ("slurmstepd-localhost: error: Detected 1 oom-kill event(s) in StepId=45919464.0. "

@@ -9,14 +9,19 @@ job for the trial's config, writes its config file, and starts it under a guard
 the guard ends that group when the trial process dies, however it dies, so the job never
 outlives its trial. While the job runs its
 reports are read (:class:`~cubicml_lab.workloads.job_reports.JobReports`); once the figure's CI
-target, ``max_steps`` or ``max_time_s`` of timed steps is met the job gets SIGTERM to its group,
-then SIGKILL after ``grace_s``, and the trial is ``ok``. Otherwise its end is read from the job
-itself: out-of-memory words in its output, or SIGKILL with the cgroup's OOM-kill count up ->
-``oom``; a non-zero exit -> ``failed`` with its log tail; no step within ``timeout_s`` or none
-for ``stall_s`` after the last -> ``timeout``. The record (``hardware["job"]``) keeps the rendered
-argv, the config file written, the job's package versions and how it ended; the machine record
-is :func:`~cubicml_lab.hardware.host_facts`. Peak memory is what the job reported, else on the CPU
-the largest resident set of its processes (when it sets this process's high for its children). Imports no torch (the job's torch is its own).
+target, ``max_steps`` or ``max_time_s`` of timed steps is met, or (a spec with a ``"beat"``: the
+campaign's best so far, ``Campaign.run(early_stop=True)``) once its windows show it cannot beat
+that (``"losing"``: :func:`~cubicml_lab.launch.runner.losing_step_s`'s bound, by the rule
+:func:`~cubicml_lab.timing.steps.is_losing` a built-in workload's timing stops by), the job gets
+SIGTERM to its group, then SIGKILL after ``grace_s``, and the trial is ``ok`` (a losing one with
+``stopped_early = 1``); on several nodes only node 0's trial stops the job. Otherwise its end is
+read from the job itself: out-of-memory words in its output, or SIGKILL with the cgroup's OOM-kill
+count up -> ``oom``; a non-zero exit -> ``failed`` with its log tail; no step within ``timeout_s``
+or none for ``stall_s`` after the last -> ``timeout``. The record (``hardware["job"]``) keeps the
+rendered argv, the config file written, the job's package versions and how it ended; the machine
+record is :func:`~cubicml_lab.hardware.host_facts`. Peak memory is what the job reported, else on
+the CPU the largest resident set of its processes (when it sets this process's high for its
+children). Imports no torch (the job's torch is its own).
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -40,6 +46,7 @@ from .process import group_members, new_trial_dir
 from .subprocess import log_tail
 
 if TYPE_CHECKING:
+    from ..timing import MeasureOptions
     from ..trials import TrialResult
 
 __all__ = ["METRICS_ENV", "PACKAGES", "run_command"]
@@ -192,6 +199,7 @@ class _JobRun:
         self.job = Command.from_spec(command)
         self.config = self.job.resolve(spec.get("config"))
         self.options = MeasureOptions.from_dict(spec.get("measure"))
+        self.beat = spec.get("beat")  # the best so far, to stop a losing job (or None)
         self.folder = new_trial_dir()
         self.rendered = self.job.render(self.config, trial_dir=self.folder)
         argv = self.rendered.argv
@@ -241,8 +249,9 @@ class _JobRun:
 
     def watch(self) -> str:
         """Wait for the job to end or for a reason to stop it: ``"exited"``, ``"gone"``,
-        ``"target met"``, ``"max_steps"``, ``"max_time_s"``, ``"no step"``, ``"timeout"`` or
-        ``"stalled"``."""
+        ``"target met"``, ``"max_steps"``, ``"max_time_s"``, ``"losing"`` (it cannot beat the
+        spec's ``beat``), ``"no step"``, ``"timeout"`` or ``"stalled"``. Only the lead node
+        stops the job on its figures."""
         from ..timing.reported import reported_stop
 
         assert self.proc is not None
@@ -257,7 +266,7 @@ class _JobRun:
             if self.reports.n_steps != seen:
                 seen = self.reports.n_steps
                 found = self.reports.slowest(self.options, now - self.started)
-                why = reported_stop(found[1], self.options) if found else None
+                why = reported_stop(found[1], self.judged_by(found[2])) if found else None
                 if why and self.lead:
                     return why
             first = self.reports.first_report
@@ -267,6 +276,18 @@ class _JobRun:
                 return "timeout" if seen else "no step"
             if seen and now - self.reports.last_report > self.job.stall_s:
                 return "stalled"
+
+    def judged_by(self, kind: str) -> MeasureOptions:
+        """The options the reports are judged by: :attr:`options` with ``losing_step_s`` from
+        the spec's ``beat`` (None without one), in the unit of the windows of ``kind``
+        (:meth:`~cubicml_lab.workloads.job_reports.JobReports.durations`), with the units per
+        step the job reported so far (all its nodes', as its figures count them)."""
+        if self.beat is None:
+            return replace(self.options, losing_step_s=None)
+        units = self.job.units
+        per_step = self.reports.units_per_step(units) * max(1, self.nodes)
+        return replace(self.options, losing_step_s=losing_window_s(self.beat, kind, per_step,
+                                                                   units))
 
     def stop(self) -> None:
         """SIGTERM to the job's group, SIGKILL after ``grace_s`` if it still runs."""
@@ -294,7 +315,34 @@ class _JobRun:
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
-_STOPPED = ("target met", "max_steps", "max_time_s")
+_STOPPED = ("target met", "max_steps", "max_time_s", "losing")
+
+
+def losing_window_s(beat: Any, kind: str, units_per_step: float, units: str) -> float | None:
+    """The window time above which a job cannot beat ``beat`` (the spec's best so far), in the
+    unit of its windows: seconds per step, or for a log of rates (``kind == "per_unit"``)
+    seconds per token or sample; None where its reports cannot tell (a rate objective with
+    ``units_per_step`` unknown, NaN, for step windows; a step-time objective with it unknown,
+    for rate windows) or there is nothing to beat. The bound is
+    :func:`~cubicml_lab.launch.runner.losing_step_s`'s.
+
+    Example:
+        >>> beat = {"objective": "throughput", "value": 100.0}
+        >>> losing_window_s(beat, "step_time", 50.0, "samples")  # 50 / (100 * 0.9) s per step
+        0.5555555555555556
+        >>> losing_window_s(beat, "step_time", float("nan"), "samples") is None
+        True
+        >>> losing_window_s(beat, "per_unit", float("nan"), "samples")  # 1 / (100 * 0.9)
+        0.011111111111111112
+    """
+    from .runner import losing_step_s
+
+    if kind != "per_unit":
+        return losing_step_s(beat, units_per_step, units)
+    per_step = losing_step_s(beat, math.nan, units)  # a step-time objective's bound, or None
+    if per_step is not None:
+        return per_step / units_per_step if units_per_step > 0 else None
+    return losing_step_s(beat, 1.0, units)  # a rate's: one unit per "step"
 
 
 def _verdict(run: _JobRun, why: str, kills_before: int | None,
@@ -356,6 +404,8 @@ def run_command(spec: dict[str, Any]) -> TrialResult:
         metrics = run.reports.figures(run.job.units, run.options, elapsed, run.n_devices,
                                       run.nodes)
         status, error = _verdict(run, why, kills, bool(metrics.get("windows")))
+        if why == "losing":
+            metrics["stopped_early"] = 1.0  # as run_trial marks a built-in workload's
         first = run.reports.first_report
         metrics.update(job_wall_s=elapsed, job_startup_s=first - run.started
                        if math.isfinite(first) else math.nan)

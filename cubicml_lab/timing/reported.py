@@ -7,7 +7,9 @@ timed, warm-up lasts until the last 3 agree within ``settle_rel`` (or a warm-up 
 then the steps are grouped into windows of at least ``window_min_s``, whose median and
 order-statistic 95% CI are the figure (:func:`~cubicml_lab.timing.figures.median_rel_ci`).
 :func:`reported_stop` says when the job has given enough: the CI target met after ``min_steps``,
-``max_steps`` timed, or ``max_time_s`` of timed steps. Importing this module imports no torch.
+``max_steps`` timed, or ``max_time_s`` of timed steps; or, given ``losing_step_s`` (from a
+campaign's best so far), once its windows show it cannot beat that, by the rule a timed step
+stops by (:func:`~cubicml_lab.timing.steps.is_losing`). Importing this module imports no torch.
 
 Example:
     >>> from cubicml_lab.timing import MeasureOptions
@@ -23,7 +25,7 @@ import math
 from collections.abc import Sequence
 
 from .figures import Timing, median_rel_ci, quantile
-from .steps import MeasureOptions, _settled
+from .steps import MeasureOptions, _settled, is_losing
 
 __all__ = ["reported_stop", "reported_timing"]
 
@@ -85,12 +87,23 @@ def reported_timing(reports: Sequence[tuple[int, float]], options: MeasureOption
 def reported_stop(timing: Timing, options: MeasureOptions) -> str | None:
     """Why a job that reported ``timing`` can be stopped now, or None: ``"target met"`` (CI
     within ``target_rel_ci`` after ``min_steps``), ``"max_steps"`` or ``"max_time_s"`` (of
-    timed steps, once ``min_steps`` are timed)."""
-    if timing.steps_timed < options.min_steps:
-        return None
-    if timing.target_met:
-        return "target met"
-    if timing.steps_timed >= options.max_steps:
-        return "max_steps"
-    timed_s = sum(timing.step_times_s) * max(1, timing.steps_timed) / max(1, timing.windows)
-    return "max_time_s" if timed_s >= options.max_time_s else None
+    timed steps, once ``min_steps`` are timed), else ``"losing"``: ``options.losing_step_s``
+    is set and at least 6 windows put the lower end of their median's CI above it
+    (:func:`~cubicml_lab.timing.steps.is_losing`, the rule :func:`time_steps` stops by; the
+    caller gives the bound in the windows' own unit: seconds per step, or per token or sample
+    for a log of rates).
+
+    Example:
+        >>> o = MeasureOptions(min_steps=50, window_min_s=0.0, losing_step_s=0.05)
+        >>> reported_stop(reported_timing([(1, 0.1)] * 12, o), o)
+        'losing'
+    """
+    if timing.steps_timed >= options.min_steps:
+        if timing.target_met:
+            return "target met"
+        if timing.steps_timed >= options.max_steps:
+            return "max_steps"
+        timed_s = sum(timing.step_times_s) * max(1, timing.steps_timed) / max(1, timing.windows)
+        if timed_s >= options.max_time_s:
+            return "max_time_s"
+    return "losing" if is_losing(timing.step_times_s, options.losing_step_s) else None

@@ -11,7 +11,7 @@ from __future__ import annotations
 import gc
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any, Protocol
 
@@ -22,7 +22,7 @@ from .figures import Timing, median_rel_ci, quantile
 from .options import MAX_IDLE_WAIT_S, MeasureOptions
 
 __all__ = ["MAX_IDLE_WAIT_S", "CudaEventTimer", "MeasureOptions", "StepTimer", "WindowGuard",
-           "make_timer", "time_steps"]
+           "is_losing", "make_timer", "time_steps"]
 
 _MIN_WINDOWS = 8  # windows shrink below window_min_s if needed so that max_steps holds this many
 
@@ -311,7 +311,7 @@ def time_steps(step: Callable[[], Any], *, sync: Callable[[], None] | None = Non
             if w.steps >= o.min_steps and rel_ci <= o.target_rel_ci:
                 stop_reason = "target met"
                 break
-            if _losing(w.times, o.losing_step_s):
+            if is_losing(w.times, o.losing_step_s):
                 stop_reason = "losing"
                 break
         if w.gating and w.off and len(w.times) < _CLEAN_MIN:
@@ -322,9 +322,17 @@ def time_steps(step: Callable[[], Any], *, sync: Callable[[], None] | None = Non
     return replace(_timing(w, warm, k, stop_reason, time.perf_counter() - t_begin), idle=idle)
 
 
-def _losing(times: list[float], losing_step_s: float | None) -> bool:
-    """Whether the clean windows so far (at least :data:`_CLEAN_MIN`) put the lower end of
-    the median step time's 95% CI above ``losing_step_s`` (``MeasureOptions.losing_step_s``)."""
+def is_losing(times: Sequence[float], losing_step_s: float | None) -> bool:
+    """Whether the windows so far (seconds per step each; at least :data:`_CLEAN_MIN` of them)
+    put the lower end of their median's 95% CI above ``losing_step_s``
+    (``MeasureOptions.losing_step_s``): the step is surely slower than that. The one rule for
+    :func:`time_steps` (its clean windows) and a job's reports
+    (:func:`~cubicml_lab.timing.reported.reported_stop`).
+
+    Example:
+        >>> is_losing([0.2] * 6, 0.1), is_losing([0.2] * 5, 0.1), is_losing([0.2] * 6, None)
+        (True, False, False)
+    """
     if losing_step_s is None or len(times) < _CLEAN_MIN:
         return False
     med = quantile(sorted(times), 0.5)
