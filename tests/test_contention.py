@@ -13,7 +13,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import pytest
@@ -29,7 +29,13 @@ from cubicml_lab.hardware import (
     reference_rows,
     tune_cpu_allocator,
 )
-from cubicml_lab.hardware.contention import DEFAULT_REFERENCE_ROWS
+from cubicml_lab.hardware.contention import (
+    DEFAULT_REFERENCE_ROWS,
+    STALE_NOMINAL_FACTOR,
+    STALE_RETRY_S,
+    USUAL_HISTORY,
+    USUAL_MIN,
+)
 from cubicml_lab.launch.worker import THREAD_WAIT_ENV, set_thread_waiting
 from cubicml_lab.launch.runner import run_trial
 
@@ -261,20 +267,50 @@ def test_a_reference_s_memory_is_not_counted_in_the_trial_s_peak(tmp_path) -> No
     assert abs(peaks[0.1] - peaks[0.0]) < 30, peaks  # MiB; counted, it would add about 60
 
 
-def test_named_references_share_one_scale_measured_together(tmp_path, monkeypatch) -> None:
-    """``establish_reference_scale`` with named gauges builds and samples them only when one is
-    missing, keeps the ones it has, and moves a missing one onto their scale."""
-    monkeypatch.setenv("CUBICML_LAB_CACHE_DIR", str(tmp_path))
-    built: list[str] = []
-
-    def gauge(name: str, sleep_s: float):
+def sleep_gauges(built: list[str]) -> dict[str, Callable[[], StepReference]]:
+    """Two named references, ``"one"`` and ``"four"``, whose steps sleep 1 and 4 ms (a speed the
+    machine keeps under CPU load), each a function that builds it and appends its name to
+    ``built``."""
+    def gauge(name: str, sleep_s: float) -> Callable[[], StepReference]:
         def make() -> StepReference:
             built.append(name)
             return StepReference(lambda: time.sleep(sleep_s), name, sample_s=0.004)
         return make
 
-    gauges = {"one": gauge("one", 0.001), "four": gauge("four", 0.004)}
+    return {"one": gauge("one", 0.001), "four": gauge("four", 0.004)}
+
+
+def reference_cache(path) -> dict[str, dict]:
+    """The named references' entries of the tests' ``reference.json``, by name."""
+    cache = json.loads((path / "reference.json").read_text())
+    return {k.rsplit("|ref=", 1)[1]: v for k, v in cache.items() if "|ref=" in k}
+
+
+def edit_reference_cache(path, edit: Callable[[str, dict], None]) -> None:
+    """Apply ``edit(name, entry)`` to each named reference's entry of ``reference.json``."""
+    cache = json.loads((path / "reference.json").read_text())
+    for key, entry in cache.items():
+        edit(key.rsplit("|ref=", 1)[1], entry)
+    (path / "reference.json").write_text(json.dumps(cache))
+
+
+def measured_scale(tmp_path, monkeypatch, edit: Callable[[str, dict], None] | None = None
+                   ) -> tuple[list[str], dict, dict[str, float]]:
+    """The :func:`sleep_gauges` scale measured at 2 threads in a cache folder of its own, then
+    each entry changed by ``edit(name, entry)``: (names built, gauges, nominals measured)."""
+    monkeypatch.setenv("CUBICML_LAB_CACHE_DIR", str(tmp_path))
+    built: list[str] = []
+    gauges = sleep_gauges(built)
     first = establish_reference_scale(2, rounds=3, gauges=gauges)
+    if edit is not None:
+        edit_reference_cache(tmp_path, edit)
+    return built, gauges, first
+
+
+def test_named_references_share_one_scale_measured_together(tmp_path, monkeypatch) -> None:
+    """``establish_reference_scale`` with named gauges builds and samples them only when one is
+    missing, keeps the ones it has, and moves a missing one onto their scale."""
+    built, gauges, first = measured_scale(tmp_path, monkeypatch)
     assert sorted(built) == ["four", "one"] and sorted(first) == ["four", "one"]
     assert 2.0 < first["one"] / first["four"] < 5.0  # a quarter of the sleep: about 4x the steps
     assert establish_reference_scale(2, gauges=gauges) == first and len(built) == 2
@@ -285,6 +321,94 @@ def test_named_references_share_one_scale_measured_together(tmp_path, monkeypatc
     again = establish_reference_scale(2, rounds=3, gauges=gauges)
     assert again["one"] == first["one"] and len(built) == 4
     assert 0.5 < again["four"] / first["four"] < 2.0
+
+
+def record_what_the_machine_does(gauges: dict, n: int) -> dict[str, list[float]]:
+    """``n`` speeds of each reference sampled now, recorded as trials record theirs."""
+    recent: dict[str, list[float]] = {}
+    for name, make in gauges.items():
+        work = make()
+        recent[name] = [1.0 / work.sample() for _ in range(n)]
+        for speed in recent[name]:
+            reference_nominal(speed, 2, rows=name, record=True)
+    return recent
+
+
+def test_a_scale_its_own_history_contradicts_is_measured_again_and_replaced(
+        tmp_path, monkeypatch) -> None:
+    """Nominals kept 5x below the speeds the machine's recent trials recorded (and still
+    reaches) are all replaced by the speeds measured now; the old ones are kept under
+    "replaced", the recent figures stay."""
+    built, gauges, _ = measured_scale(tmp_path, monkeypatch)
+    recent = record_what_the_machine_does(gauges, USUAL_MIN)
+    edit_reference_cache(tmp_path, lambda name, e: e.update(steps_per_s=e["steps_per_s"] / 5))
+    before = reference_cache(tmp_path)
+    del built[:]
+    new = establish_reference_scale(2, rounds=3, gauges=gauges)
+    assert sorted(built) == ["four", "one"]  # the whole scale, measured together
+    after = reference_cache(tmp_path)
+    for name in gauges:
+        usual = statistics.median(recent[name])
+        assert new[name] == after[name]["steps_per_s"] != before[name]["steps_per_s"]
+        assert abs(math.log(new[name] / usual)) < math.log(STALE_NOMINAL_FACTOR), (new, recent)
+        assert after[name]["recent"] == before[name]["recent"]
+        assert after[name]["measured_at"] > before[name]["measured_at"]
+        old = after[name]["replaced"][-1]
+        assert old["steps_per_s"] == before[name]["steps_per_s"]
+        assert old["measured_at"] == before[name]["measured_at"]
+        assert old["replaced_at"] == after[name]["measured_at"]
+        assert abs(math.log(old["usual"] / usual)) < 0.1
+    assert 2.0 < new["one"] / new["four"] < 5.0  # one machine state: the 4x sleep, about
+    assert establish_reference_scale(2, rounds=3, gauges=gauges) == new and len(built) == 2
+
+
+def test_a_nominal_its_history_agrees_with_is_left_as_it_is(tmp_path, monkeypatch) -> None:
+    """Recent figures within the factor of the kept nominals (1.3x above them) leave them as
+    they are: nothing is built or measured, nothing in the file changes."""
+    built, gauges, first = measured_scale(tmp_path, monkeypatch, lambda name, e: e.update(
+        recent=[e["steps_per_s"] * 1.3] * USUAL_HISTORY))
+    before = (tmp_path / "reference.json").read_text()
+    assert establish_reference_scale(2, rounds=3, gauges=gauges) == first
+    assert len(built) == 2 and (tmp_path / "reference.json").read_text() == before
+
+
+def test_a_nominal_is_not_held_to_fewer_than_the_usual_minimum_of_figures(
+        tmp_path, monkeypatch) -> None:
+    """With one recent figure fewer than :data:`USUAL_MIN` there is no usual speed: nominals 5x
+    below those figures stay; one figure more, and they are replaced."""
+    built, gauges, first = measured_scale(tmp_path, monkeypatch, lambda name, e: e.update(
+        steps_per_s=e["steps_per_s"] / 5, recent=[e["steps_per_s"]] * (USUAL_MIN - 1)))
+    before = (tmp_path / "reference.json").read_text()
+    low = establish_reference_scale(2, rounds=3, gauges=gauges)
+    assert len(built) == 2 and (tmp_path / "reference.json").read_text() == before
+    assert low == {name: v / 5 for name, v in first.items()}
+    for name, speed in first.items():
+        reference_nominal(speed, 2, rows=name, record=True)
+    assert all(establish_reference_scale(2, rounds=3, gauges=gauges)[name] > 2 * low[name]
+               for name in gauges) and len(built) == 4
+
+
+def test_a_history_the_machine_does_not_reach_now_replaces_nothing(tmp_path,
+                                                                   monkeypatch) -> None:
+    """Recent figures 5x above what the machine reaches now (as if it were loaded now): the
+    scale is measured again, disagrees with them, and the kept nominals stay; the next call
+    within :data:`STALE_RETRY_S` measures nothing, one after it measures again."""
+    built, gauges, first = measured_scale(tmp_path, monkeypatch, lambda name, e: e.update(
+        recent=[e["steps_per_s"] * 5] * USUAL_MIN))
+    before = reference_cache(tmp_path)
+    assert establish_reference_scale(2, rounds=3, gauges=gauges) == first
+    assert len(built) == 4  # measured again, and refused
+    checked = reference_cache(tmp_path)
+    for name, entry in checked.items():
+        assert "replaced" not in entry
+        assert entry.pop("checked_at") > before[name]["measured_at"]
+    assert checked == before
+    again = (tmp_path / "reference.json").read_text()
+    assert establish_reference_scale(2, rounds=3, gauges=gauges) == first
+    assert len(built) == 4 and (tmp_path / "reference.json").read_text() == again
+    edit_reference_cache(tmp_path, lambda name, e: e.update(
+        checked_at=e["checked_at"] - STALE_RETRY_S - 1))
+    assert establish_reference_scale(2, rounds=3, gauges=gauges) == first and len(built) == 6
 
 
 def test_each_precision_is_corrected_over_a_reference_in_its_own(tmp_path, monkeypatch) -> None:

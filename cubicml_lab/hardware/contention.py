@@ -363,10 +363,13 @@ def reference_nominal(speed: float, threads: int, record: bool = False,
     The first figure kept for this CPU model, thread count and size (by
     :func:`establish_reference_scale`, or else the first offered here) is stored in
     ``$CUBICML_LAB_CACHE_DIR/reference.json`` (default ``~/.cache/cubicml_lab``), and returned
-    ever after, so that drift-corrected throughputs (``raw * nominal / reference_speed``) of all
-    trials on this machine share one scale, in the workload's units per second. Delete the file
-    to start a new scale (figures stored before then keep the old one; ``throughput_rel`` and
-    ``reference_speed`` are stored too, so any trial can be put on any scale).
+    until :func:`establish_reference_scale` finds a nominal of its scale contradicted by its own
+    recent figures and re-establishes the whole scale, so that drift-corrected throughputs
+    (``raw * nominal / reference_speed``) of the trials on this machine share one scale, in the
+    workload's units per second. Delete the file to start a new scale. Figures stored before a
+    new scale keep the old one; ``throughput_rel`` and ``reference_speed`` are stored too, so
+    any trial can be put on any scale (the replaced nominals stay in the file, under
+    ``"replaced"``).
 
     Args:
         speed: This trial's reference speed, offered as the nominal if none is kept yet.
@@ -387,11 +390,15 @@ def reference_nominal(speed: float, threads: int, record: bool = False,
                 return math.nan
             entry = cache[key] = {"steps_per_s": float(speed), "measured_at": time.time()}
         if record and math.isfinite(speed) and speed > 0:
-            kept = entry.get("recent")
-            recent = ([x for x in kept if isinstance(x, (int, float))]
-                      if isinstance(kept, list) else [])
-            entry["recent"] = (recent + [float(speed)])[-USUAL_HISTORY:]
+            entry["recent"] = (_recent_speeds(entry) + [float(speed)])[-USUAL_HISTORY:]
         return float(entry["steps_per_s"])
+
+
+def _recent_speeds(entry: Any) -> list[float]:
+    """The recent reference speeds (steps/s, oldest first) kept in a cache entry."""
+    recent = entry.get("recent") if isinstance(entry, dict) else None
+    return ([float(x) for x in recent if isinstance(x, (int, float))]
+            if isinstance(recent, list) else [])
 
 
 def _kept_nominal(cache: dict, threads: int, rows: int | str) -> float | None:
@@ -403,16 +410,53 @@ def _kept_nominal(cache: dict, threads: int, rows: int | str) -> float | None:
 #: Seconds the sampling rounds of :func:`establish_reference_scale` may last, about (sub-second
 #: for the fp32 MLP: only a much slower reference samples fewer than its ``rounds``).
 SCALE_ROUNDS_S = 10.0
+#: A kept nominal further than this factor (either way) from the usual speed of its own recent
+#: trials is stale, and a scale measured again replaces it only if each of its figures is within
+#: this factor of its usual speed. A clean machine's reference speeds spread a few % between
+#: processes, while contention drives them down about 2x on a 2-core VM: 1.5 lies between, so a
+#: nominal measured under load is found out, and a new one measured under load is refused.
+STALE_NOMINAL_FACTOR = 1.5
+#: Seconds a stale scale keeps its nominals after its history refused the figures measured
+#: again (the machine was likely loaded) before it is measured again: at most
+#: :data:`SCALE_ROUNDS_S` of sampling every 10 minutes, on a trial runner's every trial.
+STALE_RETRY_S = 600.0
+#: Replaced nominals kept in each entry (the latest), with when and why they were replaced.
+_REPLACED_KEPT = 5
+
+
+def _stale_usuals(cache: dict, threads: int, names: list[int | str]
+                  ) -> dict[int | str, float]:
+    """The usual recent speeds of the references of a scale whose nominals are all kept and
+    one of which is off its usual speed by over :data:`STALE_NOMINAL_FACTOR`, unless the scale
+    was measured against them within :data:`STALE_RETRY_S`; ``{}`` otherwise."""
+    entries = {r: cache.get(_key(threads, r)) for r in names}
+    if not all(isinstance(e, dict) for e in entries.values()):
+        return {}
+    if any(time.time() - float(e.get("checked_at", -math.inf)) < STALE_RETRY_S
+           for e in entries.values()):
+        return {}
+    usual = {r: usual_speed(_recent_speeds(e), ReferenceWork.tolerance)
+             for r, e in entries.items()}
+    usual_known = {r: u for r, u in usual.items() if u is not None}
+    kept = {r: _kept_nominal(cache, threads, r) for r in usual_known}
+    if any(v is not None and _off(v, usual_known[r]) for r, v in kept.items()):
+        return usual_known
+    return {}
+
+
+def _off(speed: float, usual: float) -> bool:
+    """Whether ``speed`` is further than :data:`STALE_NOMINAL_FACTOR` from ``usual``."""
+    return abs(math.log(speed / usual)) > math.log(STALE_NOMINAL_FACTOR)
 
 
 def establish_reference_scale(threads: int, rounds: int = 7,
                               gauges: Mapping[int | str, Callable[[], Any]] | None = None
                               ) -> dict[int | str, float]:
     """The nominal speeds of every reference of one scale at ``threads`` (torch's current
-    thread count must be ``threads``), measured together where any is missing: by default the
-    :data:`REFERENCE_ROWS` sizes of :class:`ReferenceWork`; ``gauges``: another set, by the
-    key of each one's nominal (a size, or a :class:`StepReference`'s name), each a function
-    that builds it (called only when one is missing).
+    thread count must be ``threads``), measured together where any is missing or stale: by
+    default the :data:`REFERENCE_ROWS` sizes of :class:`ReferenceWork`; ``gauges``: another
+    set, by the key of each one's nominal (a size, or a :class:`StepReference`'s name), each a
+    function that builds it (called only when the scale is measured).
 
     Trials correct their figures each over the reference of their own size, so the sizes'
     nominals must describe one machine state, or the configurations that use one size would be
@@ -423,6 +467,20 @@ def establish_reference_scale(threads: int, rounds: int = 7,
     lasts longer (a step of seconds: bf16 matmuls on a CPU without bf16 instructions), only the
     rounds that fit in :data:`SCALE_ROUNDS_S` are sampled, 3 at least.
 
+    Where all are kept, each is held to the usual speed of its own recent trials
+    (:func:`usual_speed` of the figures :func:`reference_nominal` recorded, once there are
+    :data:`USUAL_MIN`; tolerance :attr:`ReferenceWork.tolerance`). One further than
+    :data:`STALE_NOMINAL_FACTOR` from it is stale (measured under load, or before the machine
+    changed): the whole scale is sampled as above, and every nominal replaced by its median as
+    measured, provided each figure whose usual speed is known is within the factor of it (the
+    history and the machine now agree); otherwise, the machine being likely loaded, the kept
+    nominals stay, and the scale is measured again no sooner than :data:`STALE_RETRY_S` later
+    (``"checked_at"`` in each entry). A replaced nominal is kept under ``"replaced"`` in its
+    entry (the latest few, with when it was measured and replaced and the usual speed that
+    contradicted it); the recent figures stay. Figures stored before keep the old scale; their
+    ``throughput_rel`` and ``reference_speed`` put them on the new one. Where all are kept and
+    none is stale, nothing is measured: this reads the cache file and returns.
+
     Returns:
         ``{size or name: nominal steps/s}`` for every one.
     """
@@ -431,10 +489,25 @@ def establish_reference_scale(threads: int, rounds: int = 7,
     names = list(gauges)
     with locked_json_cache("reference.json") as cache:
         kept = {r: _kept_nominal(cache, threads, r) for r in names}
-    if all(v is not None for v in kept.values()):
+        stale = _stale_usuals(cache, threads, names)
+    if all(v is not None for v in kept.values()) and not stale:
         return {r: float(v) for r, v in kept.items() if v is not None}
-    works = {r: gauges[r]() for r in names}
-    samples: dict[int | str, list[float]] = {r: [] for r in names}
+    now = _measure_together(gauges, rounds)
+    with locked_json_cache("reference.json") as cache:  # another process may have won the race
+        kept = {r: _kept_nominal(cache, threads, r) for r in names}
+        if any(v is None for v in kept.values()):
+            _keep_missing(cache, threads, kept, now)
+        else:
+            _replace_stale(cache, threads, names, now)
+        return {r: float(cache[_key(threads, r)]["steps_per_s"]) for r in names}
+
+
+def _measure_together(gauges: Mapping[int | str, Callable[[], Any]], rounds: int
+                      ) -> dict[int | str, float]:
+    """Each gauge's median speed (steps/s) over ``rounds`` round-robin samples (fewer where
+    they would last over :data:`SCALE_ROUNDS_S`, 3 at least)."""
+    works = {r: make() for r, make in gauges.items()}
+    samples: dict[int | str, list[float]] = {r: [] for r in works}
     n = rounds
     for k in range(rounds):
         t0 = time.perf_counter()
@@ -445,20 +518,42 @@ def establish_reference_scale(threads: int, rounds: int = 7,
             n = max(min(rounds, 3), min(rounds, fit))
         if k + 1 >= n:
             break
-    now = {r: 1.0 / sorted(x)[len(x) // 2] for r, x in samples.items()}
-    with locked_json_cache("reference.json") as cache:  # another process may have won the race
-        kept = {r: _kept_nominal(cache, threads, r) for r in names}
-        have = [math.log(v / now[r]) for r, v in kept.items() if v is not None]
-        shift = math.exp(sum(have) / len(have)) if have else 1.0
-        out = {}
-        for r in names:
-            if kept[r] is None:
-                entry = cache.get(_key(threads, r))
-                entry = entry if isinstance(entry, dict) else {}
-                entry.update(steps_per_s=now[r] * shift, measured_at=time.time())
-                cache[_key(threads, r)] = entry
-            out[r] = float(cache[_key(threads, r)]["steps_per_s"])
-    return out
+    return {r: 1.0 / sorted(x)[len(x) // 2] for r, x in samples.items()}
+
+
+def _keep_missing(cache: dict, threads: int, kept: dict[int | str, float | None],
+                  now: dict[int | str, float]) -> None:
+    """Keep a nominal for each reference missing one: its speed ``now`` moved onto the kept
+    nominals' scale (the geometric mean of their ratios to their speeds now)."""
+    have = [math.log(v / now[r]) for r, v in kept.items() if v is not None]
+    shift = math.exp(sum(have) / len(have)) if have else 1.0
+    for r, v in kept.items():
+        if v is None:
+            entry = cache.get(_key(threads, r))
+            entry = entry if isinstance(entry, dict) else {}
+            entry.update(steps_per_s=now[r] * shift, measured_at=time.time())
+            cache[_key(threads, r)] = entry
+
+
+def _replace_stale(cache: dict, threads: int, names: list[int | str],
+                   now: dict[int | str, float]) -> None:
+    """Replace every nominal of a stale scale by its speed ``now`` where those agree with the
+    usual speeds (:data:`STALE_NOMINAL_FACTOR`); mark the scale checked either way."""
+    usual = _stale_usuals(cache, threads, names)
+    if not usual:  # another process replaced or checked it meanwhile
+        return
+    at = time.time()
+    agree = not any(_off(now[r], u) for r, u in usual.items())
+    for r in names:
+        entry = cache[_key(threads, r)]
+        entry["checked_at"] = at
+        if agree:
+            old = {"steps_per_s": entry["steps_per_s"], "measured_at": entry.get("measured_at"),
+                   "replaced_at": at, "usual": usual.get(r)}
+            replaced = entry.get("replaced")
+            replaced = replaced if isinstance(replaced, list) else []
+            entry["replaced"] = (replaced + [old])[-_REPLACED_KEPT:]
+            entry.update(steps_per_s=now[r], measured_at=at)
 
 
 #: Reference speeds of this many recent trials are kept per CPU model and thread count.
@@ -472,8 +567,5 @@ def reference_usual(threads: int, tol: float, rows: int | str = DEFAULT_REFERENC
     until :data:`USUAL_MIN` were recorded. ``tol``: how far (in log) figures of one speed state
     lie apart (``MeasureOptions.drift_tol``)."""
     with locked_json_cache("reference.json") as cache:
-        entry = cache.get(_key(threads, rows))
-        recent = entry.get("recent") if isinstance(entry, dict) else None
-    if not isinstance(recent, list):
-        return None
-    return usual_speed([float(x) for x in recent if isinstance(x, (int, float))], tol)
+        recent = _recent_speeds(cache.get(_key(threads, rows)))
+    return usual_speed(recent, tol)
