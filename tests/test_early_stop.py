@@ -13,7 +13,7 @@ import pytest
 import cubicml_lab as cml
 from cubicml_lab.errors import MeasurementError
 from cubicml_lab.launch import InProcess
-from cubicml_lab.launch.runner import EARLY_STOP_MARGIN, losing_step_s
+from cubicml_lab.timing.policy import EARLY_STOP_MARGIN, losing_step_s
 from cubicml_lab.timing import MeasureOptions, time_steps
 from cubicml_lab.trials import figure_flag
 from cubicml_lab.workloads import Command
@@ -67,6 +67,7 @@ def test_a_campaign_stops_a_trial_that_cannot_win(tmp_store):
     assert camp.best()[0] == {"micro_batch": 16} and search.best()[0] == {"micro_batch": 16}
     assert table["stopped_early"].tolist() == [False, True]
     assert search._observed(search._history[1]) > slow.metrics["throughput"]
+    assert camp._spec({"micro_batch": 1})["beat"]["margin"] == EARLY_STOP_MARGIN  # the CPU's
     # without early_stop, nothing is stopped
     camp2 = cml.Campaign("full", space, workload="gpt", launcher=cml.launch.InProcess(),
                          searcher=cml.BayesianSearch(space, seed=0), store=tmp_store,

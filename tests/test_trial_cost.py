@@ -52,11 +52,18 @@ def test_a_campaign_stops_on_its_device_hour_budget(space, tmp_store):
         summary["device_s"] > 1.5 * first
     assert df["device_s"].sum() == pytest.approx(summary["device_s"])
     assert "spent" in camp._repr_html_()
+    # the searcher learns each trial's price, and what the run may spend
+    told = [h["values"].get("device_s") for h in camp.searcher.history]
+    assert told == pytest.approx(costs), (told, costs)
+    assert camp.searcher.budget_plan["device_s"] == pytest.approx(cap_s - first)
     # the count budget still holds alongside
     n = len(df)
     assert n < space.size()  # room for one more
     camp.run(budget=n + 1, budget_device_hours=1.0, progress=False, verbose=False)
     assert len(camp.trials()) == n + 1 and camp.stop_reason == "budget reached"
+    assert camp.searcher.budget_plan["device_s"] == pytest.approx(3600.0 - sum(costs))
+    camp.run(budget=n + 2, progress=False, verbose=False)
+    assert camp.searcher.budget_plan == {"trials": 1, "n_told_at_start": n + 1}
 
 
 @pytest.mark.parametrize("bad", [0, -1.0, float("inf"), "2", True])

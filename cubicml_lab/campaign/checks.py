@@ -115,3 +115,20 @@ def check_device_hours(value: object) -> float:
                           hint="device-hours the campaign may spend, e.g. "
                                "run(budget_device_hours=2.0); on the CPU 0.05 is 3 minutes")
     return float(value)
+
+
+def check_early_stop(value: object, device: str | None) -> float | None:
+    """``run(early_stop=...)`` as the margin a trial must lose by before it is stopped, or None
+    (off): True takes the device's default (``timing.policy.early_stop_margin``), a number in
+    (0, 0.5) is the margin itself."""
+    if value is False:
+        return None
+    if value is True:
+        from ..timing.policy import early_stop_margin
+
+        return early_stop_margin(device)
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < 0.5:
+        return float(value)
+    raise ConfigError(f"early_stop = {brief(value)} is not True, False or a margin in (0, 0.5)",
+                      hint="run(early_stop=True) stops trials that cannot win by the device's "
+                           "margin; early_stop=0.05 by 5%")

@@ -56,6 +56,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError, SearchError, SpaceError, StoreError
+from ..search.cost import COST_METRIC
 from ..search.proposal import Proposal
 from ..space import Space
 from ..store import FINAL_STATUSES, Trial, TrialStore
@@ -272,11 +273,12 @@ class Campaign(Loop, Asking, Recovery, CampaignView):
         spec = {"workload": self.workload.name, "config": self._workload_config(params),
                 "device": self.device, "measure": dict(self.measure_options),
                 **self._command_spec()}
-        beat = self._beat() if self._early_stop else None
+        beat = self._beat() if self._early_stop is not None else None
         return spec if beat is None else {**spec, "beat": beat}
 
     def _beat(self) -> dict[str, Any] | None:
-        """The best so far as a trial's spec carries it (``run(early_stop=True)``), or None
+        """The best so far as a trial's spec carries it (``run(early_stop=True)``), with the
+        margin by which a trial must lose before it is stopped, or None
         while the campaign has no ok trial. A trial's windows are raw step times, so the best
         is given raw too where its trial stored a raw figure (``throughput_raw``,
         ``step_time_raw_s``; the stored figure is drift-corrected, which may move it far from
@@ -292,15 +294,20 @@ class Campaign(Loop, Asking, Recovery, CampaignView):
         raw = next((float(r) for r in raws if isinstance(r, (int, float))
                     and not isinstance(r, bool) and 0 < r < float("inf")), None)
         return {"objective": self.objective, "value": float(value if raw is None else raw),
-                "direction": getattr(self.searcher, "direction", "maximize")}
+                "direction": getattr(self.searcher, "direction", "maximize"),
+                "margin": self._early_stop}
 
     def _tell(self, trial: Trial) -> None:
         if trial.id in self._told or trial.status not in FINAL_STATUSES:
             return
         params = {n: trial.config[n] for n in self.space.names}
         # every metric goes along: peak memory teaches the feasibility model, a second
-        # objective or a noise metric may be read by the searcher
-        self.searcher.tell(params, dict(trial.metrics or {}), status=trial.status)
+        # objective or a noise metric may be read by the searcher; and what the trial cost
+        # (a searcher that weighs prices learns them: search.cost)
+        values = dict(trial.metrics or {})
+        if trial.device_seconds is not None:
+            values.setdefault(COST_METRIC, trial.device_seconds)
+        self.searcher.tell(params, values, status=trial.status)
         self._told.add(trial.id)
         self._told_keys.add(self.space.key(params))
 

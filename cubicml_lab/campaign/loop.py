@@ -23,7 +23,7 @@ from ..errors import ConfigError, LaunchError, StoreError
 from ..search.proposal import Proposal
 from ..store import NoRoom, Trial
 from ..trials import TrialResult
-from .checks import MAX_BUDGET, check_device_hours, check_run_size
+from .checks import MAX_BUDGET, check_device_hours, check_early_stop, check_run_size
 from .recovery import interrupted
 from .state import CampaignState
 from .view import format_trial
@@ -230,7 +230,7 @@ class Loop(CampaignState):
 
     # -- the loop ------------------------------------------------------------------------------
     def run(self, budget: int | None = None, parallel: int | None = None, *,
-            budget_device_hours: float | None = None, early_stop: bool = False,
+            budget_device_hours: float | None = None, early_stop: bool | float = False,
             progress: bool = True,
             verbose: bool = True, on_trial: Callable[[Trial], None] | None = None,
             review: Callable[[Proposal], Mapping[str, Any] | None] | None = None,
@@ -252,13 +252,16 @@ class Loop(CampaignState):
                 trial's devices x its wall-clock time, start-up included; on the CPU a device
                 is a trial process, so 0.05 is 3 minutes of one process). Trials in flight
                 then finish; None: no cost limit.
-            early_stop: Stop a trial's timing once its windows show that it cannot beat the
-                best so far (the lower end of its median step time's 95% CI above what would
-                tie the best with a 10% margin, ``launch.runner.EARLY_STOP_MARGIN``); it is
+            early_stop: Stop a trial once its windows show that it cannot beat the best so
+                far: the lower end of its median step time's 95% CI slower than what would
+                tie the best less a margin (True: 10% on the CPU, whose processes of one
+                configuration spread by up to ~7%, 3% on CUDA, where they spread by 0-2%:
+                ``timing.policy.early_stop_margin``; a number in (0, 0.5): that margin). It is
                 stored ``ok`` with the figures it has and ``stopped_early = 1``, is never the
                 best, and the searcher is told it as censored (at most this fast). For the
-                built-in workloads and an objective of ``throughput``, ``<units>_per_s`` or
-                ``step_time_s``; a command job runs its course.
+                built-in workloads and command jobs that report their steps, on every launcher
+                (a Slurm job ends with its trial), and an objective of ``throughput``,
+                ``<units>_per_s`` or ``step_time_s``.
             parallel: Trials in flight at once (one launcher call each, in threads); default
                 :attr:`parallel` (1 unless a campaign file says otherwise).
             progress: Show a tqdm progress bar (works in notebooks and terminals).
@@ -280,16 +283,14 @@ class Loop(CampaignState):
         if budget is None and self.budget is None and budget_device_hours is not None:
             budget = MAX_BUDGET
         budget, parallel = self._run_sizes(budget, parallel)
-        if not isinstance(early_stop, bool):
-            raise ConfigError(f"early_stop = {early_stop!r} is not True or False",
-                              hint="run(early_stop=True) stops trials that cannot win")
-        self._early_stop = early_stop
+        self._early_stop = check_early_stop(early_stop, self.device)
         self._cost_cap_s = None if budget_device_hours is None else \
             3600.0 * check_device_hours(budget_device_hours)
         # interrupted trials shown by propose() but not launched: run() takes them first
         self._resumed[:0] = [p for p in self.proposals if p.trial_id is not None]
         self.proposals = [p for p in self.proposals if p.trial_id is None]
         finished = self._sync()
+        self._plan_search(budget, finished)
         self.stop_reason = None
         self._stop.clear()
         bar, write = self._progress(budget, finished, progress, verbose)
@@ -312,6 +313,18 @@ class Loop(CampaignState):
         if verbose:
             print(f"{self.name}: {finished} finished trials; stopped: {self.stop_reason}")
         return self.table(full=full)
+
+    def _plan_search(self, budget: int, finished: int) -> None:
+        """Tell the searcher what this run may spend (``Searcher.plan_budget``): the device-
+        seconds left under ``budget_device_hours``, else the trials left; a searcher that weighs
+        prices cools their weight over it (:mod:`~cubicml_lab.search.cost`)."""
+        plan = getattr(self.searcher, "plan_budget", None)
+        if not callable(plan):
+            return
+        if self._cost_cap_s is not None:
+            plan(device_s=max(self._cost_cap_s - self.device_seconds(), 1.0))
+        else:
+            plan(trials=max(budget - finished, 1))
 
     def _run_sizes(self, budget: int | None, parallel: int | None) -> tuple[int, int]:
         """:meth:`run`'s ``budget`` and ``parallel``, the campaign's defaults where not given,

@@ -46,5 +46,6 @@ class CampaignState:
     _swept: bool  # dead campaigns' trial folders swept
     #: run()'s ``budget_device_hours`` in device-seconds (None: no cost limit).
     _cost_cap_s: float | None = None
-    #: run()'s ``early_stop``: each trial's spec carries the best so far to beat.
-    _early_stop: bool = False
+    #: run()'s ``early_stop`` margin (None: off): each trial's spec carries the best so far
+    #: to beat and this margin.
+    _early_stop: float | None = None

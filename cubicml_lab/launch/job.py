@@ -11,7 +11,7 @@ outlives its trial. While the job runs its
 reports are read (:class:`~cubicml_lab.workloads.job_reports.JobReports`); once the figure's CI
 target, ``max_steps`` or ``max_time_s`` of timed steps is met, or (a spec with a ``"beat"``: the
 campaign's best so far, ``Campaign.run(early_stop=True)``) once its windows show it cannot beat
-that (``"losing"``: :func:`~cubicml_lab.launch.runner.losing_step_s`'s bound, by the rule
+that (``"losing"``: :func:`~cubicml_lab.timing.policy.losing_step_s`'s bound, by the rule
 :func:`~cubicml_lab.timing.steps.is_losing` a built-in workload's timing stops by), the job gets
 SIGTERM to its group, then SIGKILL after ``grace_s``, and the trial is ``ok`` (a losing one with
 ``stopped_early = 1``); on several nodes only node 0's trial stops the job. Otherwise its end is
@@ -324,7 +324,7 @@ def losing_window_s(beat: Any, kind: str, units_per_step: float, units: str) -> 
     seconds per token or sample; None where its reports cannot tell (a rate objective with
     ``units_per_step`` unknown, NaN, for step windows; a step-time objective with it unknown,
     for rate windows) or there is nothing to beat. The bound is
-    :func:`~cubicml_lab.launch.runner.losing_step_s`'s.
+    :func:`~cubicml_lab.timing.policy.losing_step_s`'s.
 
     Example:
         >>> beat = {"objective": "throughput", "value": 100.0}
@@ -335,7 +335,7 @@ def losing_window_s(beat: Any, kind: str, units_per_step: float, units: str) -> 
         >>> losing_window_s(beat, "per_unit", float("nan"), "samples")  # 1 / (100 * 0.9)
         0.011111111111111112
     """
-    from .runner import losing_step_s
+    from ..timing.policy import losing_step_s
 
     if kind != "per_unit":
         return losing_step_s(beat, units_per_step, units)

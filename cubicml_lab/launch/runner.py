@@ -28,6 +28,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ..errors import ConfigError
+from ..timing.policy import losing_step_s
 from ..trials import TrialResult
 
 __all__ = ["run_spec", "run_trial"]
@@ -306,44 +307,6 @@ def _build_and_time(workload: Any, config: dict[str, Any], options: Any, device:
     if timed.timing.stop_reason == "losing":
         metrics["stopped_early"] = 1.0
     return "ok", metrics, None
-
-
-#: How far below the best so far a trial's best case must be before it is stopped: the best
-#: is a drift-corrected figure and the trial's windows are raw, and on a drifting machine one
-#: configuration's figures spread by up to ~7% between processes (a 2-core VM:
-#: ``benchmarks/ab_revisions.py``'s module doc), so a trial is stopped only when even 10%
-#: more speed would not make it the best.
-EARLY_STOP_MARGIN = 0.10
-
-
-def losing_step_s(beat: Any, units_per_step: float, units: str) -> float | None:
-    """The step time above which a trial cannot beat ``beat`` (``{"objective", "value",
-    "direction"}``: the campaign's best so far), with :data:`EARLY_STOP_MARGIN`; None where
-    there is nothing to beat or the objective is not a step time or a rate of the workload's
-    units (``throughput``, ``<units>_per_s``: ``units_per_step / step_time``).
-
-    Example:
-        >>> losing_step_s({"objective": "throughput", "value": 100.0}, 50.0, "tokens")
-        0.5555555555555556
-        >>> losing_step_s({"objective": "step_time_s", "value": 2.0, "direction": "minimize"},
-        ...               50.0, "tokens")
-        2.2
-        >>> losing_step_s({"objective": "mfu", "value": 0.4}, 50.0, "tokens") is None
-        True
-    """
-    if not isinstance(beat, Mapping):
-        return None
-    value, objective = beat.get("value"), beat.get("objective")
-    direction = beat.get("direction", "maximize")
-    if isinstance(value, bool) or not isinstance(value, (int, float)) \
-            or not 0 < value < math.inf:
-        return None
-    if direction == "maximize" and objective in ("throughput", f"{units}_per_s") \
-            and units_per_step > 0:
-        return float(units_per_step) / (value * (1.0 - EARLY_STOP_MARGIN))
-    if direction == "minimize" and objective == "step_time_s":
-        return float(value) * (1.0 + EARLY_STOP_MARGIN)
-    return None
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,7 @@ from .._params import brief
 from ..errors import SearchError, SpaceError
 from ..trials import FINISHED, figure_flag, is_stopped_early
 from . import pool as _pools
+from .cost import told_cost
 from .pool import MAX_CANDIDATES, NEIGHBOUR_BEST, config_key
 from .proposal import Proposal
 from .told import FLAG_METRICS, told_numbers
@@ -131,8 +132,34 @@ class Searcher:
         self._untried_keys: list[str] = []
         self._skipped: set[str] = set()
         self._last_enqueued: set[str] = set()
+        #: What the search was told it may spend (:meth:`plan_budget`), or None.
+        self.budget_plan: dict[str, Any] | None = None
         if candidates is not None:
             self._candidates = _pools.explicit_pool(space, candidates)
+
+    def plan_budget(self, trials: int | None = None, device_s: float | None = None) -> None:
+        """Tell the search what it may spend from now on: ``trials`` more trials, or
+        ``device_s`` more device-seconds (``Campaign.run`` does, from its ``budget`` or
+        ``budget_device_hours``). A search that weighs prices
+        (:mod:`~cubicml_lab.search.cost`) cools the price's weight as the budget is spent;
+        other searchers only keep it (:attr:`budget_plan`).
+
+        Raises:
+            SearchError: A budget that is not a positive number.
+        """
+        if device_s is not None:
+            ok = isinstance(device_s, (int, float)) and not isinstance(device_s, bool) \
+                and 0 < device_s < math.inf
+            if not ok:
+                raise SearchError(f"device_s = {brief(device_s)} must be a finite number > 0",
+                                  hint="e.g. plan_budget(device_s=3600.0) for one device-hour")
+            spent = sum(told_cost(h["values"]) or 0.0 for h in self._history)
+            self.budget_plan = {"device_s": float(device_s), "spent_at_start": spent}
+        elif trials is not None:
+            trials = check_count("trials", trials, high=10**9, error=SearchError)
+            self.budget_plan = {"trials": trials, "n_told_at_start": self.n_told}
+        else:
+            self.budget_plan = None
 
     # -- bookkeeping ----------------------------------------------------------------------------
     def _key(self, config: Any, where: str) -> str:

@@ -110,7 +110,8 @@ class BayesianSearch(BayesianReport, BayesianPhases):
             comes from a GP of the *measured* ``memory_metric`` told with ok trials, with it
             the prediction answers from the first ask and the trials correct it: module doc,
             "Memory model"), ``memory_metric``, ``second_objective``, ``second_direction``,
-            ``stop_threshold``, ``stop_patience``, ``noise_metric``, ``learn_drift``. Each is
+            ``stop_threshold``, ``stop_patience``, ``noise_metric``, ``learn_drift``,
+            ``cost_aware`` (weigh told trial prices: :mod:`~cubicml_lab.search.cost`). Each is
             also a read-only attribute of the search (``search.n_init``: resolved from
             :func:`default_n_init` when None).
         cost_model: An analytical cost model for the objective GP's prior mean

@@ -91,6 +91,10 @@ class BayesianOptions:
     #: Learn how much of the drift reference's slowdown to take out of the objective (needs
     #: ``log_objective``); False fits the stored figures as they are.
     learn_drift: bool = True
+    #: Weigh expected improvement against each candidate's predicted price (its told
+    #: ``device_s``) where prices differ: cost-cooled EI (:mod:`~cubicml_lab.search.cost`).
+    #: Without told prices, or where they differ by less than x1.5, it changes nothing.
+    cost_aware: bool = True
 
     def __post_init__(self) -> None:
         if self.n_init is not None:
@@ -121,7 +125,7 @@ class BayesianOptions:
             if v is not None and not (isinstance(v, str) and v and len(v) <= 200):
                 raise SearchError(f"{name} = {brief(v)} must be a metric name",
                                   hint="e.g. 'peak_mem_gib' or 'step_time_rel_ci'")
-        for name in ("log_objective", "feasibility", "learn_drift"):
+        for name in ("log_objective", "feasibility", "learn_drift", "cost_aware"):
             self._set(name, bool(getattr(self, name)))
 
     def check_given(self, objective: str, **given: Any) -> None:

@@ -12,7 +12,8 @@ models, is the search's.
   the cost model's terms or the history's prediction;
 * **bo** (:meth:`~BayesianPhases._bo`): the acquisition's greedy picks
   (:mod:`~cubicml_lab.search.acquisition`), the pool screened by the posterior mean when large,
-  weighted by the probability of running;
+  weighted by the probability of running and, where trials' prices differ, by their predicted
+  price (:mod:`~cubicml_lab.search.cost`);
 * **initial** / **fallback** (:meth:`~BayesianPhases._before_the_gp`): the prior's picks where
   there is a prior, else the space-filling design (:mod:`~cubicml_lab.search.design`), weighted
   by the probability of running where a feasibility model exists.
@@ -26,6 +27,8 @@ import numpy as np
 
 from ..errors import PredictorError
 from . import acquisition as acq
+from .cost import (COST_METRIC, COST_MIN_TRIALS, cooling, cost_log_weights,
+                   cost_observations, told_cost)
 from .design import space_filling
 from .fitting import BayesianModels
 from .prior import cost_term_scores, prior_picks
@@ -100,7 +103,12 @@ class BayesianPhases(BayesianModels):
             warnings.simplefilter("ignore")
             make, scale = acq.acquisition_factory(self.predictor, self.second_predictor, X_base,
                                                   self.mc_samples, self.log_objective, seed)
-        picks, values = acq.greedy_picks(make, X_pool, X_pend, n, self.chunk_size, log_w)
+        price_w = self._price_weights(X_pool, seed, info) if single else None
+        picks, values = acq.greedy_picks(make, X_pool, X_pend, n, self.chunk_size,
+                                         log_w if price_w is None else log_w + price_w)
+        if price_w is not None:  # what is reported (and stops a search) is the improvement
+            values = [v - float(price_w[j]) for v, j in zip(values, picks)]
+            info["price_weight_of_picks"] = [float(price_w[j]) for j in picks]
         if self.feasibility_model is not None:
             info["p_feasible_of_picks"] = [float(torch.exp(log_w[j])) for j in picks]
         info["acquisition"] = values
@@ -108,6 +116,33 @@ class BayesianPhases(BayesianModels):
         if values:
             info["relative_improvement"] = float(np.exp(values[0])) / scale
         return [dict(pool[j]) for j in picks]
+
+    def _price_weights(self, X_pool: Any, seed: int, info: dict[str, Any]) -> Any:
+        """Log weights of each pool row for its predicted price (:mod:`~cubicml_lab.search.cost`:
+        cost-cooled expected improvement), or None where prices are not weighed: the option is
+        off, too few full trials told a price, or the price model cannot be fitted. ``info``
+        gains ``price`` (what was done), ``alpha`` and ``predicted_device_s`` (the median)."""
+        import torch
+
+        if not self.options.cost_aware:
+            return None
+        configs, costs = cost_observations(self._history)
+        if len(configs) < COST_MIN_TRIALS or float(costs.max()) <= float(costs.min()):
+            return None
+        try:
+            model = self._fit(configs, costs, seed, metric=COST_METRIC, direction="maximize")
+        except PredictorError as err:
+            info["price"] = f"price model not fitted: {err.message}"
+            return None
+        n_space = self.space.encoded_bounds().shape[1]
+        mu = model.posterior_encoded(X_pool[:, :n_space])[0]
+        log_cost = mu if self.log_objective else np.log(np.maximum(mu, 1e-12))
+        spent = sum(told_cost(h["values"]) or 0.0 for h in self._history)
+        alpha = cooling(self.budget_plan, self.n_told, spent)
+        w, info["price"] = cost_log_weights(log_cost, alpha)
+        info["alpha"] = alpha
+        info["predicted_device_s"] = float(np.exp(np.median(log_cost)))
+        return torch.as_tensor(w, dtype=X_pool.dtype) if np.any(w) else None
 
     def _before_the_gp(self, n: int, pool: list[dict], rng: np.random.Generator, seed: int,
                        info: dict[str, Any], prior: bool) -> list[dict]:

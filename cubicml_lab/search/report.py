@@ -83,6 +83,7 @@ class BayesianReport(BayesianModels):
         p_ok = (self.feasibility_model.predict(configs, memory_limit=self.memory_limit_gib)
                 if self.feasibility_model is not None else [None] * len(configs))
         prior_note = self._prior_note()
+        priced = "price_weight_of_picks" in info  # search.cost: the price weighed
         acq = list(info.get("acquisition") or [])
         picks = iter(acq[-sum(not q for q in enqueued):] if acq else [])
         out = []
@@ -90,9 +91,10 @@ class BayesianReport(BayesianModels):
             a = None if queued else next(picks, None)
             why = p.reason if queued else (
                 f"highest {'hypervolume ' if self.second_objective else ''}expected improvement"
-                f"{' x P(runs)' if self.feasibility_model is not None else ''} among "
-                f"{info.get('n_pool', 0):,} untried configurations ({info.get('reason', '')})"
-                + prior_note)
+                f"{' x P(runs)' if self.feasibility_model is not None else ''}"
+                f"{' / price^alpha' if priced else ''} among "
+                f"{info.get('n_pool', 0):,} untried configurations ({info.get('reason', '')}"
+                f"{'; ' + info['price'] if priced else ''})" + prior_note)
             out.append(replace(p, predicted=float(mid[i]), lower=float(lo[i]),
                                upper=float(hi[i]), acquisition=a, reason=why,
                                p_feasible=None if p_ok[i] is None else float(p_ok[i])))
