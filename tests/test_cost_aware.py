@@ -109,3 +109,22 @@ def test_the_early_stop_margin_is_the_devices_or_the_users():
     for bad in (0, 0.5, -0.1, "yes", None):
         with pytest.raises(ConfigError, match="early_stop"):
             check_early_stop(bad, "cpu")
+
+
+def test_a_priced_replay_tells_each_trial_its_price_and_adds_up_the_spend():
+    obj = cml.TableObjective.from_dataset(cml.datasets.load("mpt_llmfoundry"))
+
+    def price(config, result):
+        return config["n_gpus"] * (180.0 if result.status == "ok" else 60.0)
+    s = cml.RandomSearch(obj.space, objective=obj.objective, candidates=obj.configs(), seed=0)
+    df = obj.replay(s, budget=12, price=price)
+    want = [price(h["config"], obj(h["config"])) for h in s.history]
+    assert df["device_s"].tolist() == want
+    assert df["spent_s"].tolist() == pytest.approx(np.cumsum(want).tolist())
+    assert [h["values"]["device_s"] for h in s.history] == want
+    assert "device_s" not in obj.replay(cml.RandomSearch(obj.space, objective=obj.objective,
+                                                         candidates=obj.configs()), 2)
+    for bad in (lambda c, r: -1.0, lambda c, r: math.nan, lambda c, r: "60", 3.0):
+        with pytest.raises(SearchError, match="price"):
+            obj.replay(cml.RandomSearch(obj.space, objective=obj.objective,
+                                        candidates=obj.configs()), 2, price=bad)

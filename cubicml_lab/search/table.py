@@ -42,7 +42,7 @@ import math
 import time
 import zlib
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -54,6 +54,7 @@ from ..errors import SearchError, SpaceError
 from ..space import Space
 from ..surrogate.metrics import relative_regret
 from .base import DIRECTIONS, check_seed
+from .cost import COST_METRIC
 from ._table_columns import knob_names as _knob_names
 from ._table_columns import metric_names as _metric_names
 from ._table_columns import nanmedian as _nanmedian
@@ -334,7 +335,9 @@ class TableObjective:
                               hint="compare absolute values instead")
         return relative_regret(best, v, direction)
 
-    def replay(self, searcher: Any, budget: int, *, batch: int = 1) -> pd.DataFrame:
+    def replay(self, searcher: Any, budget: int, *, batch: int = 1,
+               price: Callable[[dict[str, Any], TableResult], float] | None = None
+               ) -> pd.DataFrame:
         """Run ``searcher`` against the table for ``budget`` trials (fewer if the table runs
         out), ``batch`` configurations per ask, and return what happened, one row per trial.
 
@@ -342,16 +345,23 @@ class TableObjective:
         failed or out-of-memory row costs a trial, as on hardware. ``searcher`` needs
         ``candidates=obj.configs()`` (or a space holding only the table's configurations).
 
+        With ``price`` (``(config, result) -> device-seconds`` of that trial, e.g. its GPUs
+        times start-up plus its steps) each trial is told with its price as ``device_s``, as a
+        campaign tells a measured trial's, so a search that weighs prices
+        (:mod:`~cubicml_lab.search.cost`) can; the frame gains ``device_s`` and ``spent_s``
+        (device-seconds so far). A price that is not a finite number >= 0 raises SearchError.
+
         Returns:
             DataFrame with ``trial`` (1-based), ``status``, ``value`` (the objective, NaN unless
             ok), ``best`` (best ok value so far in the searcher's direction, NaN before the
             first), ``regret`` (of ``best`` against the table's true best, a fraction; 1.0
             before any ok trial), ``regret_pct`` (the same in percent), ``elapsed_s`` (seconds
             the searcher's asks and tells took so far; the table answers in microseconds) and
-            one column per knob.
+            one column per knob; with ``price``, ``device_s`` and ``spent_s`` too.
 
         Raises:
-            SearchError: If ``budget`` or ``batch`` is not a positive int.
+            SearchError: If ``budget`` or ``batch`` is not a positive int, ``price`` is not
+                callable or returns no price.
 
         Example:
             >>> import cubicml_lab as cml
@@ -365,11 +375,14 @@ class TableObjective:
         for name, v in (("budget", budget), ("batch", batch)):
             check_count(name, v, high=MAX_TABLE_ROWS, error=SearchError,
                         why="MAX_TABLE_ROWS: at most the table's rows")
+        if price is not None and not callable(price):
+            raise SearchError(f"price = {brief(price)} is not callable",
+                              hint="pass a function (config, result) -> device-seconds")
         direction = getattr(searcher, "direction", "maximize")
         sign = 1.0 if direction == "maximize" else -1.0
         rows: list[dict[str, Any]] = []
         best = math.nan
-        elapsed_s = 0.0
+        elapsed_s = spent_s = 0.0
         while len(rows) < min(budget, len(self._rows)):
             t0 = time.perf_counter()
             try:
@@ -379,8 +392,13 @@ class TableObjective:
             elapsed_s += time.perf_counter() - t0
             for config in asked:
                 res = self(config)
+                told = res.values
+                if price is not None:
+                    cost = _price(price, res)
+                    spent_s += cost
+                    told = {**(res.values or {}), COST_METRIC: cost}
                 t0 = time.perf_counter()
-                searcher.tell(config, res.values, status=res.status)
+                searcher.tell(config, told, status=res.status)
                 elapsed_s += time.perf_counter() - t0
                 value = res.values[self.objective] if res.status == "ok" else math.nan
                 if res.status == "ok" and not (sign * value <= sign * best):
@@ -389,6 +407,8 @@ class TableObjective:
                 rows.append({"trial": len(rows) + 1, "status": res.status, "value": value,
                              "best": best, "regret": regret, "regret_pct": 100.0 * regret,
                              "elapsed_s": elapsed_s, **res.config})
+                if price is not None:
+                    rows[-1].update(device_s=told[COST_METRIC], spent_s=spent_s)
         return pd.DataFrame(rows)
 
     def reset(self) -> None:
@@ -400,3 +420,13 @@ class TableObjective:
     def __repr__(self) -> str:
         return (f"TableObjective({len(self.table)} rows, {len(self._rows)} configurations, "
                 f"objective={self.objective!r}, knobs={self.knobs}, reduce={self.reduce!r})")
+
+
+def _price(price: Callable[[dict[str, Any], TableResult], float], res: TableResult) -> float:
+    """``price(config, result)`` checked: a finite number >= 0 (device-seconds)."""
+    cost = price(dict(res.config), res)
+    if isinstance(cost, bool) or not isinstance(cost, (int, float)) or \
+            not 0 <= cost < math.inf:
+        raise SearchError(f"price returned {brief(cost)} for {brief(res.config)}",
+                          hint="return the trial's device-seconds, a finite number >= 0")
+    return float(cost)
