@@ -47,7 +47,7 @@ from cubicml_lab.search import compare_searchers, searcher_factory, summarize_se
 SMOKE = os.environ.get("CUBICML_LAB_SMOKE") == "1"  # CI runs the notebook with tiny budgets
 MODEL, N_GPUS, GPU = "70b", 256, "H100-80GB"  # the job: a model of analytical.MODELS
 PERTURBATION = 2  # seed of the table's different constants (0 would be the prior's own)
-BUDGET = 8 if SMOKE else 25  # trials per search
+BUDGET = 6 if SMOKE else 25  # trials per search
 SEEDS = 1 if SMOKE else 5  # searches per searcher
 WORKERS = 2  # processes that replay searches side by side
 ROOT = Path.cwd().parent if Path.cwd().name == "notebooks" else Path.cwd()

@@ -47,6 +47,23 @@ def tmp_store(tmp_path):
     store.close()
 
 
+@pytest.fixture(scope="session")
+def shared_lab(tmp_path_factory):
+    """One `make lab` for tests/test_lab.py and tests/test_browser.py (lab_server.py's
+    shared_lab_server), started when the first of them needs it; each module's own `lab`
+    fixture checks what it needs first (make, JupyterLab, the browser)."""
+    import shutil
+
+    pytest.importorskip("jupyterlab", reason="JupyterLab is not installed: `make install` "
+                        "(or pip install -e '.[notebooks]')")
+    if shutil.which("make") is None:
+        pytest.skip("`make lab` needs make (apt-get install make)")
+    from lab_server import shared_lab_server
+
+    with shared_lab_server(tmp_path_factory.mktemp("lab")) as server:
+        yield server
+
+
 @pytest.hookimpl(trylast=True)  # after -m and -k have deselected
 def pytest_collection_modifyitems(config, items):
     """A notebook that tests/test_browser.py runs in JupyterLab in this session (Run All Cells,

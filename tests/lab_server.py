@@ -1,7 +1,8 @@
 """`make lab` for the tests: a free port, a token, its own process group, a stop that frees it.
 
 Used by tests/test_lab.py and tests/test_browser.py (and tests/conftest.py asks it whether
-the browser test can run). The server is started exactly as a person
+the browser test can run, and starts the one server both share: :func:`shared_lab_server`). The
+server is started exactly as a person
 starts it (`make lab`, with LAB_ARGS for the port and token), so that the tests prove the command
 the README documents. Stopping sends SIGTERM to the whole process group (make and jupyter): the
 server then shuts its kernels down (they run in sessions of their own, which a SIGKILL of the group
@@ -22,6 +23,16 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 CHROMIUM = Path("/usr/bin/chromium")
+# JupyterLab settings for the tests' server only: no autosave (a notebook run in the browser
+# must not write the checkout's notebook), no news or update prompts over the page.
+LAB_SETTINGS = {
+    "@jupyterlab/docmanager-extension/plugin.jupyterlab-settings": {"autosave": False},
+    "@jupyterlab/apputils-extension/notification.jupyterlab-settings":
+        {"fetchNews": "false", "checkForUpdates": False},
+    # every cell stays in the page (JupyterLab 4 otherwise detaches cells scrolled out of view,
+    # and an error below the fold would go unseen)
+    "@jupyterlab/notebook-extension/tracker.jupyterlab-settings": {"windowingMode": "none"},
+}
 
 
 def browser_missing() -> str | None:
@@ -166,8 +177,38 @@ class LabServer:
             os.killpg(self.proc.pid, signal.SIGKILL)
         self.proc.wait(timeout=10)
 
+    def running(self) -> LabServer:
+        """The server, started again if a test stopped it (tests/test_lab.py stops it last)."""
+        if self.proc is None or self.proc.poll() is not None:
+            self.start()
+        return self
+
     def __enter__(self) -> LabServer:
         return self.start()
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+def shared_lab_server(tmp: Path) -> LabServer:
+    """The `make lab` that tests/test_lab.py and tests/test_browser.py share (one start, about
+    40 s of a busy 2-core machine, instead of one per module): a smoke environment (the browser
+    runs notebooks with tiny budgets), runs under ``tmp/runs`` (its ``runs`` attribute),
+    test-only settings, and the checkout's ``git status --porcelain`` from before `make lab` ran
+    (``status_before``; None outside a git checkout). Not started yet: enter it."""
+    import shutil
+
+    for rel, settings in LAB_SETTINGS.items():
+        (tmp / "settings" / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp / "settings" / rel).write_text(json.dumps(settings))
+    env = {"CUBICML_LAB_SMOKE": "1", "CUBICML_LAB_RUNS": str(tmp / "runs"), "MPLBACKEND": None,
+           "JUPYTER_RUNTIME_DIR": str(tmp / "runtime"),
+           "PYTHONPATH": os.pathsep.join(p for p in [str(REPO), os.environ.get("PYTHONPATH")] if p)}
+    server = LabServer(tmp / "lab.log", env=env, extra_args=(
+        f"--LabApp.user_settings_dir={tmp / 'settings'}", f"--LabApp.workspaces_dir={tmp / 'ws'}"))
+    server.runs = tmp / "runs"  # type: ignore[attr-defined]
+    in_git = shutil.which("git") is not None and (REPO / ".git").exists()
+    server.status_before = subprocess.run(  # type: ignore[attr-defined]
+        ["git", "status", "--porcelain"], cwd=REPO, capture_output=True, text=True,
+        check=True).stdout if in_git else None
+    return server

@@ -9,14 +9,13 @@ notebook leaves the checkout as it was. Screenshots land in runs/browser/ (git-i
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import time
 from pathlib import Path
 
 import pytest
-from lab_server import CHROMIUM, REPO, LabServer, browser_missing
+from lab_server import CHROMIUM, REPO, browser_missing
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
@@ -27,17 +26,6 @@ NOTEBOOKS = os.environ.get("CUBICML_LAB_BROWSER_NOTEBOOKS", "04_codesign_search"
 WIDGET_NOTEBOOKS = {"04_codesign_search"}  # notebooks that show the CampaignDashboard widget
 NO_FIGURE_NOTEBOOKS = {"01_define_space"}  # notebooks that draw no figure (nothing is measured)
 RUN_TIMEOUT_S = 600.0
-# JupyterLab settings for the test's server only: no autosave (the run must not write the
-# checkout's notebook), no news or update prompts over the page.
-LAB_SETTINGS = {
-    "@jupyterlab/docmanager-extension/plugin.jupyterlab-settings": {"autosave": False},
-    "@jupyterlab/apputils-extension/notification.jupyterlab-settings":
-        {"fetchNews": "false", "checkForUpdates": False},
-    # every cell stays in the page (JupyterLab 4 otherwise detaches cells scrolled out of view,
-    # and an error below the fold would go unseen)
-    "@jupyterlab/notebook-extension/tracker.jupyterlab-settings": {"windowingMode": "none"},
-}
-
 # Every code cell's prompt, the kernel status, and what the output areas hold. An output is an
 # error when it holds a traceback or a line that starts with an exception's name (SyntaxError
 # shows no traceback); every output area is read, whatever its mime type.
@@ -79,21 +67,15 @@ def _require_browser():
 
 
 @pytest.fixture(scope="module")
-def lab(tmp_path_factory):
-    """`make lab` with a smoke environment, a temporary runs folder and test-only settings."""
+def lab(request):
+    """`make lab` with a smoke environment, a temporary runs folder and test-only settings
+    (conftest.py's shared_lab, which tests/test_lab.py uses too). The notebooks' kernels are
+    shut down after this module, as a person closing them would."""
     _require_browser()
-    tmp = tmp_path_factory.mktemp("lab")
-    for rel, settings in LAB_SETTINGS.items():
-        (tmp / "settings" / rel).parent.mkdir(parents=True, exist_ok=True)
-        (tmp / "settings" / rel).write_text(json.dumps(settings))
-    env = {"CUBICML_LAB_SMOKE": "1", "CUBICML_LAB_RUNS": str(tmp / "runs"), "MPLBACKEND": None,
-           "JUPYTER_RUNTIME_DIR": str(tmp / "runtime"),
-           "PYTHONPATH": os.pathsep.join(p for p in [str(REPO), os.environ.get("PYTHONPATH")] if p)}
-    server = LabServer(tmp / "lab.log", env=env, extra_args=(
-        f"--LabApp.user_settings_dir={tmp / 'settings'}", f"--LabApp.workspaces_dir={tmp / 'ws'}"))
-    server.runs = tmp / "runs"  # type: ignore[attr-defined]
-    with server:
-        yield server
+    server = request.getfixturevalue("shared_lab").running()
+    yield server
+    for session in server.get("/api/sessions"):
+        server.request("DELETE", f"/api/sessions/{session['id']}")
 
 
 @pytest.fixture(scope="module")

@@ -1,7 +1,7 @@
 """`make lab`: JupyterLab on 127.0.0.1 with the notebooks and the `cubicml-lab` kernel.
 
 The server is the one a person starts (`make lab` in this checkout, with LAB_ARGS for a free port
-and a token), in its own process group. The tests read its REST API, start the registered kernel,
+and a token), in its own process group, shared with tests/test_browser.py (one start per session). The tests read its REST API, start the registered kernel,
 check that the checkout's `git status` is what it was, that the git filter `make lab` installs
 keeps a notebook saved with outputs out of `git diff`, that a notebook run and saved through
 `make lab SMOKE=1` (its kernel and its contents API, on a copy of the notebook) leaves `git status`
@@ -32,18 +32,11 @@ def _in_git_checkout() -> bool:
     return shutil.which("git") is not None and (REPO / ".git").exists()
 
 
-@pytest.fixture(scope="module")
-def lab(tmp_path_factory):
-    pytest.importorskip("jupyterlab", reason="JupyterLab is not installed: `make install` "
-                        "(or pip install -e '.[notebooks]')")
-    if shutil.which("make") is None:
-        pytest.skip("`make lab` needs make (apt-get install make)")
-    status_before = _git("status", "--porcelain").stdout if _in_git_checkout() else None
-    tmp = tmp_path_factory.mktemp("lab")
-    server = LabServer(tmp / "lab.log", env={"JUPYTER_RUNTIME_DIR": str(tmp / "runtime")})
-    server.status_before = status_before
-    with server:
-        yield server
+@pytest.fixture
+def lab(shared_lab):
+    """The `make lab` this session shares with tests/test_browser.py (conftest.py's
+    shared_lab), running: test_stop_frees_the_port stops it."""
+    return shared_lab.running()
 
 
 def test_answers_on_localhost_only_with_the_token(lab):

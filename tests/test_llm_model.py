@@ -429,12 +429,17 @@ def _measured_peaks() -> list[float]:
     malloc settings (``CUBICML_LAB_MALLOC=default``): a trial's tuned malloc keeps freed blocks
     in its heap, whose holes add 3-27% to the peak above the baseline here (fragmentation, which
     the model leaves to ``memory_fragmentation``; 0.31-0.38 GiB instead of 0.30 for the
-    activations-heavy config)."""
+    activations-heavy config). Two trials at a time: a process's resident high-water mark is its
+    own, whatever runs beside it (and each trial is mostly its interpreter importing torch)."""
+    from concurrent.futures import ThreadPoolExecutor
+
     import cubicml_lab as cml
 
     launcher = cml.launch.Subprocess(timeout_s=120, env={"CUBICML_LAB_MALLOC": "default"})
-    results = [cml.measure("gpt", {**c, "threads": 1}, measure_options=MEASURE,
-                           launcher=launcher) for c in GPT_CONFIGS]
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        results = list(pool.map(lambda c: cml.measure("gpt", {**c, "threads": 1},
+                                                      measure_options=MEASURE,
+                                                      launcher=launcher), GPT_CONFIGS))
     assert [r.status for r in results] == ["ok"] * len(GPT_CONFIGS), [r.error for r in results]
     return [r.metrics["peak_mem_gib"] for r in results]
 
