@@ -131,6 +131,59 @@ def test_fast_exact_posterior_agrees_with_gpytorch(space, split, stated_noise, c
     np.testing.assert_allclose(var, post.variance.squeeze(-1).numpy(), rtol=1e-6, atol=1e-10)
 
 
+def _cost_terms(cfg: dict) -> list[float]:
+    return [cfg["layers"] / cfg["micro_batch"], 1.0 + (cfg["recompute"] != "none")]
+
+
+@pytest.mark.parametrize("cost_model", [None, _cost_terms])
+def test_the_factor_posterior_is_gpytorchs_joint_posterior(space, split, cost_model):
+    """botorch_model(): the same joint posterior as the BoTorch model's, batches sharing rows
+    (noisy EI's baseline) included, and the same qLogNEI values and pick."""
+    import gpytorch
+    import torch
+    from botorch.acquisition.logei import qLogNoisyExpectedImprovement
+    from botorch.sampling import SobolQMCNormalSampler
+
+    cfgs = split[0]
+    pred = GPPredictor(space, cost_model=cost_model).fit(cfgs, [throughput(c) for c in cfgs])
+    fast, X_base, X = pred.botorch_model(), pred.encode(cfgs[:6]), pred.encode(split[1])
+    Xq = torch.cat([X_base.expand(len(X), -1, -1), X.unsqueeze(1)], dim=1)  # (b, 7, d)
+    with torch.no_grad(), gpytorch.settings.max_cholesky_size(5000):
+        ref, got = pred.model.posterior(Xq), fast.posterior(Xq)
+        np.testing.assert_allclose(got.mean.numpy(), ref.mean.numpy(), rtol=1e-8, atol=1e-8)
+        np.testing.assert_allclose(got.distribution.covariance_matrix.numpy(),
+                                   ref.distribution.covariance_matrix.numpy(), atol=1e-8)
+        vals = [torch.cat([qLogNoisyExpectedImprovement(
+            m, X_baseline=X_base, sampler=SobolQMCNormalSampler(torch.Size([64]), seed=1),
+            prune_baseline=True)(X[i:i + 16].unsqueeze(1)) for i in range(0, len(X), 16)])
+            for m in (pred.model, fast)]
+    np.testing.assert_allclose(vals[1].numpy(), vals[0].numpy(), rtol=1e-6, atol=1e-6)
+    assert int(vals[0].argmax()) == int(vals[1].argmax())
+
+
+def test_a_warm_start_with_no_iterations_keeps_its_hyperparameters(space, split):
+    cfgs, y = split[0], [throughput(c) for c in split[0]]
+    anchor = GPPredictor(space).fit(cfgs[:30], y[:30])
+    warm = GPPredictor(space).fit(cfgs, y, warm_start=anchor, max_iter=0)
+    assert warm.n_train == len(cfgs)
+    np.testing.assert_allclose(warm.importance().sort_index().to_numpy(),
+                               anchor.importance().sort_index().to_numpy())
+
+
+def test_a_warm_started_feasibility_model_keeps_the_anchors_memory_gp(space, split):
+    cfgs = split[0]
+    statuses = ["oom" if c["micro_batch"] * c["layers"] > 96 else "ok" for c in cfgs]
+    mem = [0.1 * c["micro_batch"] * c["layers"] for c in cfgs]
+    anchor = FeasibilityModel(space, max_iter=20).fit(cfgs[:30], statuses[:30], mem[:30])
+    warm = FeasibilityModel(space, max_iter=20).fit(cfgs, statuses, mem, warm_start=anchor)
+    cold = FeasibilityModel(space, max_iter=20).fit(cfgs, statuses, mem)
+    assert warm.memory.n_train == cold.memory.n_train
+    np.testing.assert_allclose(warm.memory.importance().sort_index().to_numpy(),
+                               anchor.memory.importance().sort_index().to_numpy())
+    p_warm, p_cold = warm.predict(split[1], 8.0), cold.predict(split[1], 8.0)
+    assert np.mean((p_warm > 0.5) == (p_cold > 0.5)) > 0.9
+
+
 def test_a_warm_started_fit_matches_a_cold_one(space, split):
     cfgs, y = split[0], [throughput(c) for c in split[0]]
     cold = GPPredictor(space).fit(cfgs, y)

@@ -119,7 +119,9 @@ class FeasibilityModel:
 
     def fit(self, configs: Sequence[dict], statuses: Sequence[str],
             peak_mem_gib: Sequence[float] | None = None, *,
-            memory_limit: float | None = None) -> FeasibilityModel:
+            memory_limit: float | None = None,
+            warm_start: FeasibilityModel | None = None,
+            warm_max_iter: int | None = 0) -> FeasibilityModel:
         """Fit both parts to finished trials.
 
         Args:
@@ -128,6 +130,11 @@ class FeasibilityModel:
             peak_mem_gib: n peak memories in GiB (NaN where unknown), used for ``"ok"`` trials.
             memory_limit: Device memory in GiB; needed with a ``memory_model`` (the censored
                 observations of out-of-memory trials are relative to it).
+            warm_start: A fitted FeasibilityModel of the same space whose memory and
+                classifier GPs' hyperparameters start this one's (``GPPredictor.fit``'s
+                ``warm_start``). A GP with a warm start runs at most ``warm_max_iter``
+                L-BFGS-B iterations (0, the default: none, it conditions on these trials
+                with the warm start's hyperparameters); one without fits cold (``max_iter``).
 
         Returns:
             self.
@@ -162,22 +169,31 @@ class FeasibilityModel:
             if memory_limit is None:
                 raise PredictorError("a FeasibilityModel with a memory_model needs memory_limit",
                                      hint="fit(..., memory_limit=80) for an 80 GiB device")
-            self._fit_ratio(configs, statuses, mem, float(memory_limit))
+            self._fit_ratio(configs, statuses, mem, float(memory_limit),
+                            self._warm(warm_start, "memory", warm_max_iter))
             keep = [s != "oom" for s in statuses]  # ooms taught the memory part
             cls_cfgs = [c for c, k in zip(cls_cfgs, keep) if k]
             labels = [v for v, k in zip(labels, keep) if k]
         self.all_failed = bool(labels) and all(v < 0 for v in labels)
         if self.memory_model is None and len({_key(c) for c in mem_cfgs}) >= 2:
             self.memory = GPPredictor(self.space, "peak_mem_gib", seed=self.seed).fit(
-                mem_cfgs, mem_vals, max_iter=self.max_iter)
+                mem_cfgs, mem_vals, **self._warm(warm_start, "memory", warm_max_iter))
         if len(set(labels)) == 2 and len({_key(c) for c in cls_cfgs}) >= 2:
             self.classifier = GPPredictor(self.space, "runs", log_objective=False,
-                                          seed=self.seed).fit(cls_cfgs, labels,
-                                                              max_iter=self.max_iter)
+                                          seed=self.seed).fit(
+                cls_cfgs, labels, **self._warm(warm_start, "classifier", warm_max_iter))
         return self
 
+    def _warm(self, warm_start: FeasibilityModel | None, part: str,
+              warm_max_iter: int | None) -> dict:
+        """``GPPredictor.fit``'s ``max_iter`` and ``warm_start`` for ``part`` ("memory" or
+        "classifier"): the warm start's GP of that part and ``warm_max_iter`` where it has
+        one, else a cold fit of at most ``max_iter`` iterations."""
+        gp = None if warm_start is None else getattr(warm_start, part)
+        return {"max_iter": self.max_iter if gp is None else warm_max_iter, "warm_start": gp}
+
     def _fit_ratio(self, configs: list[dict], statuses: list[str], mem: np.ndarray,
-                   limit: float) -> None:
+                   limit: float, fit_args: dict) -> None:
         """The GP (or constant) of measured / predicted peak memory (module doc)."""
         prior = self.prior_gib(configs)
         cfgs, ratios = [], []
@@ -195,7 +211,7 @@ class FeasibilityModel:
         if len({_key(c) for c in cfgs}) >= 2 and np.ptp(ratios) > 0:
             try:
                 self.memory = GPPredictor(self.space, "peak_mem_ratio", seed=self.seed).fit(
-                    cfgs, ratios, max_iter=self.max_iter)
+                    cfgs, ratios, **fit_args)
             except PredictorError:
                 self.memory = None
 

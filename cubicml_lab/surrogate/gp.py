@@ -308,7 +308,9 @@ class GPPredictor(FittedGP):
                 hyperparameters start the optimisation (a search refitting after each new trial
                 converges in a few iterations instead of hundreds).
             max_iter: Cap on L-BFGS-B iterations (None: run to convergence, or
-                :data:`EXTRAS_MAX_ITER` with a ``cost_model`` or ``features``).
+                :data:`EXTRAS_MAX_ITER` with a ``cost_model`` or ``features``). 0 with a
+                usable ``warm_start``: no iterations, the GP conditions on these trials with
+                the warm start's hyperparameters as they are.
 
         Returns:
             self, fitted.
@@ -344,13 +346,15 @@ class GPPredictor(FittedGP):
             :self.max_fit_points] if n > self.max_fit_points else None)
         model = self._build(X, Y, Yvar, bounds) if sub is None else self._build(
             X[sub], Y[sub], None if Yvar is None else Yvar[sub], bounds)
-        if warm_start is not None and warm_start.model is not None \
-                and warm_start.categorical == self.categorical \
-                and warm_start._fixed_noise == (Yvar is not None):
+        warm = warm_start is not None and warm_start.model is not None \
+            and warm_start.categorical == self.categorical \
+            and warm_start._fixed_noise == (Yvar is not None)
+        if warm:
             model.load_state_dict(hyperparameters(warm_start.model, Yvar is None), strict=False)
         if max_iter is None and self._extra_bounds is not None:
             max_iter = EXTRAS_MAX_ITER
-        self._maximise_likelihood(model, max_iter, len(configs))
+        if not (warm and max_iter == 0):
+            self._maximise_likelihood(model, max_iter, len(configs))
         if sub is not None:  # condition on every trial with the hyperparameters of the subset
             learned = hyperparameters(model, Yvar is None)
             model = self._build(X, Y, Yvar, bounds)
