@@ -52,6 +52,20 @@ def test_where_prices_differ_the_search_buys_the_same_answer_cheaper():
     assert "price weighed" in priced.propose()[0].reason
 
 
+def test_the_initial_design_covers_the_space_per_device_second_once_prices_are_known():
+    gpus = {}
+    for cost_aware in (True, False):
+        s = cml.BayesianSearch(SPACE, seed=0, n_init=12, cost_aware=cost_aware)
+        for _ in range(12):
+            [c] = s.ask()
+            assert s.last_ask_info["phase"] == "initial"
+            s.tell(c, {"throughput": per_gpu_speed(c), "device_s": 60.0 * c["gpus"]})
+        gpus[cost_aware] = [h["config"]["gpus"] for h in s.history]
+    # the same first four (no price known yet), then cheaper ones
+    assert gpus[True][:4] == gpus[False][:4]
+    assert np.mean(gpus[True][4:]) < 0.5 * np.mean(gpus[False][4:]), gpus
+
+
 def test_where_prices_hardly_differ_it_chooses_as_without_them():
     def price(c):  # within x1.2 of each other
         return 100.0 + 20.0 * (c["gpus"] - 1) / 15

@@ -17,6 +17,10 @@ early, when many trials remain, cheap informative trials are worth more; at the 
 trials go where the best is likely, whatever they cost. Plain EI per unit cost, never cooled,
 keeps choosing cheap configurations that cannot win where price and speed are correlated.
 
+**Before the GP** (no prior, the space-filling initial design), once the price model exists,
+each candidate's distance to what was tried is weighed by the same ``(c(x) / c_median) **
+-alpha``: coverage per device-second, CArBO's cost-effective initial design in spirit.
+
 **The price model.** A GP of the told device-seconds (log) over the space's knobs, fitted on the
 ok trials that ran in full (a trial stopped early or one that failed costs less than a full
 measurement of its configuration would, so it would teach the model that losers and crashes are

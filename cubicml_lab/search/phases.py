@@ -147,7 +147,10 @@ class BayesianPhases(BayesianModels):
     def _before_the_gp(self, n: int, pool: list[dict], rng: np.random.Generator, seed: int,
                        info: dict[str, Any], prior: bool) -> list[dict]:
         """The prior's picks (phase "prior") or the space-filling design, which a feasibility
-        model (the memory model, or failures told) weights by the probability of running."""
+        model (the memory model, or failures told) weights by the probability of running, and
+        told prices (:meth:`_price_weights`) by the price: coverage per device-second."""
+        import torch
+
         try:
             self.feasibility_model = self._fit_feasibility(seed)
         except PredictorError:
@@ -160,9 +163,13 @@ class BayesianPhases(BayesianModels):
                 info["phase"] = "prior"
                 return out
         p_ok = None
+        X = self._normalised_space_rows(pool)
         if self.feasibility_model is not None:
-            X = self._normalised_space_rows(pool)
             p_ok = np.exp(self._log_p_feasible(X, pool, self._pool_keys(pool)))
+        price_w = self._price_weights(torch.as_tensor(X), seed, info) if pool else None
+        if price_w is not None:  # coverage per price: a cost-effective design (CArBO)
+            w = np.exp(price_w.numpy() - float(price_w.max()))
+            p_ok = w if p_ok is None else p_ok * w
         return space_filling(n, pool, self.space,
                              [h["config"] for h in self._history] + self.pending, rng, p_ok)
 
