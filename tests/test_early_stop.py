@@ -147,3 +147,11 @@ def test_a_log_of_rates_is_judged_per_token(value, stopped):
     assert res.status == "ok", res.error
     assert (res.hardware["job"]["ended"] == "losing") is stopped, res.hardware["job"]["ended"]
     assert res.metrics.get("stopped_early") == (1.0 if stopped else None)
+
+
+def test_a_trial_one_process_stopped_early_runs_in_no_further_process():
+    spec = {"workload": "gpt", "config": {**TINY, "micro_batch": 1}, "measure": LONG,
+            "beat": {"objective": "throughput", "value": 1e12}}  # nothing can beat it
+    res = cml.launch.Repeated(cml.launch.Subprocess(), processes=2).run(spec)
+    assert res.status == "ok" and res.metrics["stopped_early"] == 1.0, res.metrics
+    assert res.hardware["processes_skipped"] == 1 and len(res.hardware["processes"]) == 1

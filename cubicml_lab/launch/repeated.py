@@ -54,7 +54,9 @@ and error: a configuration that fails in one process of two is not a configurati
 A trial whose steps are too long for its budget to be split (a process's ``min_steps`` alone
 took longer than its ``max_time_s``; :func:`steps_too_long`) runs in no further process, since
 each would pay its start (torch's import), warm-up and minimum steps again
-(``skip_long_steps=False`` runs them all). The measurements behind these rules are in
+(``skip_long_steps=False`` runs them all). Nor does a trial that a process stopped early
+(``stopped_early``: it could not beat the campaign's best): another process would pay its start
+and warm-up again only to confirm a loser. The measurements behind these rules are in
 ``docs/results.md``.
 
 Example:
@@ -73,6 +75,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import ConfigError
 from ..hardware.drift import DRIFT_EXPONENT, DriftSlopePool, own_drift_fit, rescale_figures
 from ..timing.policy import COMBINE, PROCESSES, SHARE_BUDGET
+from ..trials import is_stopped_early
 from .base import Launcher, check_spec
 
 if TYPE_CHECKING:
@@ -195,6 +198,8 @@ class Repeated(Launcher):
                 return res
             results.append(res)
             if self.skip_long_steps and steps_too_long(res.metrics, options):
+                break
+            if is_stopped_early(res.metrics):  # it cannot win: no need to see it again
                 break
         key = (str(spec.get("workload")), str(results[0].hardware.get("drift_reference")))
         prior = self._drift_pool.prior(key) if self.keep == "drift_fit" else None
