@@ -130,7 +130,9 @@ class BayesianPhases(BayesianModels):
         if len(configs) < COST_MIN_TRIALS or float(costs.max()) <= float(costs.min()):
             return None
         try:
-            model = self._fit(configs, costs, seed, metric=COST_METRIC, direction="maximize")
+            with torch.random.fork_rng():  # the objective's choices never hang on this fit
+                model = self._fit(configs, costs, seed, metric=COST_METRIC,
+                                  direction="maximize")
         except PredictorError as err:
             info["price"] = f"price model not fitted: {err.message}"
             return None
