@@ -99,8 +99,11 @@ class Timing:
             distribution-free order-statistic (binomial) interval; ``inf`` with < 6 windows.
         target_met: ``rel_ci <= options.target_rel_ci``.
         outlier_steps: Windows slower than median + 3 * 1.4826 * MAD (reported, still counted).
-        stop_reason: Why timing stopped: ``"target met"``, ``"max_steps"``, ``"max_time_s"`` or
-            ``"contended"`` (the ``contended_budget`` of discarded windows).
+        stop_reason: Why timing stopped: ``"target met"``, ``"max_steps"``, ``"max_time_s"``,
+            ``"contended"`` (the ``contended_budget`` of discarded windows) or ``"losing"``
+            (``MeasureOptions.losing_step_s``: it cannot beat the best so far); a job's own
+            reports, summarised by :func:`~cubicml_lab.timing.reported.reported_timing`:
+            ``"reported"``.
         elapsed_s: Seconds spent in :func:`time_steps` (warm-up + timing + collection).
         contended: Fewer than 6 clean windows when ``contended_budget`` ran out: the figures
             are not to be trusted (they come from the clean windows if any, else from all).
