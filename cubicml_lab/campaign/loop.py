@@ -322,7 +322,7 @@ class Loop(CampaignState):
         if not callable(plan):
             return
         if self._cost_cap_s is not None:
-            plan(device_s=max(self._cost_cap_s - self.device_seconds(), 1.0))
+            plan(device_s=max(self._cost_cap_s - self.device_seconds(), 1e-6))  # > 0
         else:
             plan(trials=max(budget - finished, 1))
 
