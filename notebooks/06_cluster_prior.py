@@ -270,8 +270,9 @@ for (arm, seed), df in spend.items():
             label=arm if seed == 0 else None)
 ax.set_yscale("log")
 ax.set(xlabel="GPU-hours spent", ylabel="regret of the best found (%, 0.1 = found)",
-       title=f"MPT benchmarks: {BUDGET} trials per search, seeds 0-{SEEDS - 1}")
+       title=f"MPT benchmarks: {BUDGET} trials per search, {SEEDS} seed(s) each")
 ax.legend()
+plt.show()  # the figure, then the table below it
 
 
 def hours_to_best(df):
