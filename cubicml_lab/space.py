@@ -78,6 +78,9 @@ if TYPE_CHECKING:
     import numpy as np
     import torch
 
+#: Distinct configurations whose projection and key a space remembers (then it starts afresh).
+_PROJECTED_MAX = 1 << 18
+
 __all__ = ["ENUMERATE_LIMIT", "MAX_FILE_BYTES", "MAX_NAMED", "MAX_SAMPLE", "PARAM_TYPES", "Bool",
            "Choice", "Float", "Int",
            "Ordinal", "Parameter", "PowerOfTwo", "Space"]
@@ -129,6 +132,7 @@ class Space(SpaceView):
         self._constraint_exprs: list[Expr] = compile_constraints(
             set(self.names) | set(self.constants) | set(self.derived), self.constraints)
         self._valid: list[dict[str, Any]] | None = None
+        self._projected: dict[tuple, tuple[dict[str, Any], str]] = {}
         self._check_satisfiable()
 
     # -- construction checks ------------------------------------------------------------------
@@ -202,9 +206,29 @@ class Space(SpaceView):
                              hint="give every parameter a value (space.sample(1) shows one)")
         return {p.name: p.check(config[p.name]) for p in self.parameters}
 
+    def _projection(self, config: Mapping[str, Any]) -> tuple[dict[str, Any], str]:
+        """``(project(config), key(config))``, remembered per distinct configuration (its
+        items with their types, so ``True`` is not ``1``): a search projects and keys its
+        whole history at every ask. The caller must not change the dict it gets."""
+        try:
+            sig = tuple((k, type(v), v) for k, v in config.items())
+            hit = self._projected.get(sig)
+        except (TypeError, AttributeError):  # unhashable values, not a mapping: no memory
+            values = self.project(config)
+            return values, json.dumps(values, sort_keys=True)
+        if hit is None:
+            values = self.project(config)
+            if len(self._projected) >= _PROJECTED_MAX:
+                self._projected.clear()
+            hit = self._projected[sig] = (values, json.dumps(values, sort_keys=True))
+        return hit
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_projected": {}}  # a copy (pickle, processes) starts afresh
+
     def validate(self, config: Mapping[str, Any]) -> None:
         """Raise :class:`SpaceError` saying why ``config`` is not in the space; else return None."""
-        values = self.project(config)
+        values = self._projection(config)[0]
         env = self._env(values)
         bad = self._violated(env)
         if bad is not None:
@@ -232,7 +256,7 @@ class Space(SpaceView):
 
     def key(self, config: Mapping[str, Any]) -> str:
         """A canonical JSON string of the parameter values, for de-duplication and dict keys."""
-        return json.dumps(self.project(config), sort_keys=True)
+        return self._projection(config)[1]
 
     def _valid_list(self) -> list[dict[str, Any]]:
         if self._valid is None:
@@ -331,7 +355,8 @@ class Space(SpaceView):
 
     def encode_array(self, configs: Iterable[Mapping[str, Any]]) -> np.ndarray:
         """Encode configurations as a float64 array of shape (n, d) without importing torch."""
-        return _space_encoding.encode_rows(self.parameters, (self.project(cfg) for cfg in configs))
+        return _space_encoding.encode_rows(self.parameters,
+                                           (self._projection(cfg)[0] for cfg in configs))
 
     def encode(self, configs: Iterable[Mapping[str, Any]]) -> torch.Tensor:
         """Encode configurations as a float64 tensor of shape (n, d) for a GP.

@@ -358,3 +358,47 @@ def test_covariate_slope_checks_its_input():
         pred.covariate_slope([0.1, 0.2, math.nan, 0.0], 1.0, (1.0, 0.5))
     # a covariate of zeros carries no information: the prior's mean comes back
     assert pred.covariate_slope([0.0] * 4, 1.0, (0.7, 0.5)) == pytest.approx(0.7)
+
+
+def test_the_screen_keeps_the_top_of_log_ei_times_p_running_over_the_whole_pool(monkeypatch):
+    """A pool larger than the screen: the rows handed to the exact acquisition are the top of
+    analytic log EI plus log P(runs) over every untried row, as computed eagerly, while the
+    memory model's probability was computed only for the rows the screen scored."""
+    import torch
+
+    from cubicml_lab.search import acquisition as acq
+    from cubicml_lab.surrogate import fitted
+
+    monkeypatch.setattr(acq, "SCREEN_SIZE", 24)
+    monkeypatch.setattr(fitted, "SCREEN_BLOCK", 16)
+    big = Space([Int("layers", 1, 40), PowerOfTwo("micro_batch", 1, 64),
+                 Choice("recompute", ["none", "full"])])
+    s = BayesianSearch(big, seed=0, memory_model=memory_gib, memory_limit_gib=4 * LIMIT,
+                       n_init=4)
+    rng = np.random.default_rng(0)
+    for cfg in big.sample(40, seed=1):
+        values, status = measure(cfg, lambda c: memory_gib(c) * rng.uniform(0.9, 1.1) / 4)
+        s.tell(cfg, values, status=status)
+    seen: dict = {}
+    real_screen, real_greedy = acq.screen, acq.greedy_picks
+
+    def screen(predictor, X_pool, best_mean, keep, weight=None):
+        seen.update(predictor=predictor, X=X_pool, best=best_mean, keep=keep, weight=weight)
+        return real_screen(predictor, X_pool, best_mean, keep, weight)
+
+    def greedy(make, X_pool, X_pend, n, chunk, log_w):
+        seen.update(kept=X_pool.clone(), unweighed=int(np.isnan(seen["weight"].__self__._p).sum()))
+        return real_greedy(make, X_pool, X_pend, n, chunk, log_w)
+
+    monkeypatch.setattr(acq, "screen", screen)
+    monkeypatch.setattr(acq, "greedy_picks", greedy)
+    s.ask()
+    assert s.last_ask_info["phase"] == "bo" and seen["keep"] == 24
+    X, weigher = seen["X"], seen["weight"].__self__
+    assert len(X) > 400 and seen["unweighed"] > len(X) / 2  # most rows never asked the model
+    mu, var = (torch.as_tensor(a) for a in seen["predictor"].posterior_encoded(X))
+    sigma = var.clamp_min(1e-18).sqrt()
+    log_ei = acq.log_ei_standard((mu - seen["best"]) / sigma) + sigma.log()
+    log_w = acq.feasibility_weights(weigher._raw(np.arange(len(X))), 1, X.dtype, True)
+    want = torch.topk(log_ei + log_w, 24).indices.sort().values
+    assert torch.equal(seen["kept"], X[want])

@@ -517,3 +517,22 @@ def test_property_any_description_gives_a_space_or_a_space_error(data):
     else:
         event("a space")
         assert cml.Space.from_dict(space.to_dict()) == space
+
+
+def test_a_remembered_projection_tells_true_from_one_and_follows_changes():
+    import pickle
+
+    import numpy as np
+
+    s = cml.Space([cml.Bool("b"), cml.Int("x", 0, 3)])
+    cfg = {"b": True, "x": 1}
+    assert s.key(cfg) == '{"b": true, "x": 1}'
+    with pytest.raises(SpaceError, match="'b'"):  # 1 == True, but 1 is no Bool
+        s.key({"b": 1, "x": 1})
+    cfg["x"] = 2  # the same dict, changed: projected afresh
+    assert s.key(cfg) == '{"b": true, "x": 2}'
+    np.testing.assert_array_equal(s.encode_array([cfg, {"b": False, "x": 1}]),
+                                  [[1.0, 2.0], [0.0, 1.0]])
+    with pytest.raises(SpaceError, match="outside"):
+        s.key({"b": False, "x": 7})
+    assert s._projected and not pickle.loads(pickle.dumps(s))._projected

@@ -735,3 +735,38 @@ def test_cost_model_settings_are_checked(space):
         GPPredictor(space, features=3)
     with pytest.raises(PredictorError, match="features needs categorical='onehot'"):
         GPPredictor(space, categorical="mixed", features=lambda c: [1.0])
+
+
+@pytest.mark.parametrize("keep", [1, 10, 60])
+def test_the_bounded_top_rows_are_the_exact_top_rows(space, split, monkeypatch, keep):
+    """top_encoded bounds each row's variance by a block of the training points, then scores
+    exactly in the bound's order: the rows it keeps and their scores are those of ranking every
+    row by the exact posterior, and the bound is never below the exact variance."""
+    import torch
+
+    from cubicml_lab.search.acquisition import log_ei_standard
+    from cubicml_lab.surrogate import fitted as fitted_module
+
+    monkeypatch.setattr(fitted_module, "SCREEN_BLOCK", 16)
+    train, rest = split
+    noisy = [throughput(c) * (1.0 + 0.05 * math.sin(i)) for i, c in enumerate(train)]
+    pred = GPPredictor(space, seed=0).fit(train, noisy)
+    X = pred.encode(rest)
+    mu, var = (torch.as_tensor(a) for a in pred.posterior_encoded(X))
+    mu_b, var_b = pred._fast_posterior(X, bound_only=True)
+    torch.testing.assert_close(mu_b, mu)
+    assert bool((var_b >= var - 1e-12).all()) and bool((var_b > var + 1e-9).any())
+
+    best = float(mu.max()) - 0.05
+
+    def log_ei(m, v):
+        s = v.clamp_min(1e-18).sqrt()
+        return log_ei_standard((m - best) / s) + s.log()
+
+    full = log_ei(mu, var)
+    want = torch.topk(full, keep).indices.sort().values
+    got, scores = pred.top_encoded(X, log_ei, keep)
+    assert got.tolist() == want.tolist()
+    torch.testing.assert_close(scores, full[want])
+    if keep <= 10:  # the bound is tight enough to leave most rows unscored
+        assert pred.last_top_scored < len(X) / 4

@@ -10,8 +10,9 @@ seeded ``SobolQMCNormalSampler``) is evaluated exhaustively over the untried poo
 shape ``(chunk, 1, d)``, on the predictor's ``botorch_model()`` (the same posterior from its
 cached Cholesky factor, each distinct row solved once:
 :class:`~cubicml_lab.surrogate.posterior.FactorPosteriorModel`). A pool larger than ``SCREEN_SIZE`` is first screened to that many by
-the analytic log EI (:func:`log_ei_standard`) against the best posterior mean observed
-(:func:`screen`), and a baseline larger than ``BASELINE_MAX`` keeps its highest posterior means
+the analytic log EI (:func:`log_ei_standard`) against the best posterior mean observed, plus the
+log probability of running where it is weighed (:func:`screen`: exactly the top of every
+untried row, computed for far fewer), and a baseline larger than ``BASELINE_MAX`` keeps its highest posterior means
 (:func:`trim_baseline`). A batch (``n > 1``) is built greedily (:func:`greedy_picks`): take the
 best, add it to ``X_pending``, re-evaluate, repeat, so the batch is diverse; configurations asked
 but not yet told are passed as ``X_pending`` too.
@@ -149,16 +150,27 @@ def trim_baseline(predictor: Any, X_base: Any) -> tuple[Any, Any]:
     return X_base, mu
 
 
-def screen(predictor: Any, X_pool: Any, best_mean: float, keep: int) -> tuple[Any, Any]:
+def screen(predictor: Any, X_pool: Any, best_mean: float, keep: int,
+           weight: Callable[[Any], Any] | None = None) -> tuple[Any, Any]:
     """Screen a large pool with the analytic log EI (no joint samples) against the best
-    posterior mean observed (``best_mean``), so the exact acquisition runs over the most
-    promising only. Returns ``(indices kept, their log EI)``, the indices in pool order."""
+    posterior mean observed (``best_mean``), plus ``weight(indices)`` (log weights, at most 0:
+    the probability of running) where given, so the exact acquisition runs over the most
+    promising only. Returns ``(indices kept, their log EI plus weight)``, the indices in pool
+    order. A GP predictor ranks by its exact posterior without computing every row's variance,
+    nor the weight of rows that cannot be kept
+    (:meth:`~cubicml_lab.surrogate.fitted.FittedGP.top_encoded`)."""
     import torch
 
+    def log_ei(mu: Any, var: Any) -> Any:
+        sigma = var.clamp_min(1e-18).sqrt()
+        return log_ei_standard((mu - best_mean) / sigma) + sigma.log()
+
+    if hasattr(predictor, "top_encoded"):
+        return predictor.top_encoded(X_pool, log_ei, keep, weight)
     mu, var = (torch.as_tensor(a) for a in predictor.posterior_encoded(X_pool))
-    sigma = var.clamp_min(1e-18).sqrt()
-    score = torch.nan_to_num(log_ei_standard((mu - best_mean) / sigma) + sigma.log(),
-                             nan=-torch.inf)
+    score = log_ei(mu, var) if weight is None else \
+        log_ei(mu, var) + weight(torch.arange(len(X_pool)))
+    score = torch.nan_to_num(score, nan=-torch.inf)
     top = torch.topk(score, min(len(X_pool), keep)).indices.sort().values
     return top, score[top]
 

@@ -92,6 +92,15 @@ __all__ = ["BayesianOptions", "BayesianSearch", "at_drift_exponent", "default_n_
 
 #: L-BFGS-B iterations of a warm-started hyperparameter fit (see ``BayesianSearch._fit``).
 WARM_MAX_ITER = 40
+#: From this many observations on, a warm fit keeps its anchor's hyperparameters (conditions on
+#: every trial, no iterations): one more trial among hundreds barely moves them, and the
+#: iterations were most of an ask's fit at 1,000 observations. Anchors still refit cold.
+WARM_FIT_MAX_N = 256
+
+
+def warm_iterations(n: int) -> int:
+    """L-BFGS-B iterations of a warm fit on ``n`` observations (``WARM_MAX_ITER``, then 0)."""
+    return WARM_MAX_ITER if n < WARM_FIT_MAX_N else 0
 
 
 class BayesianSearch(BayesianReport, BayesianPhases):
@@ -201,7 +210,8 @@ class BayesianSearch(BayesianReport, BayesianPhases):
         hyperparameters are fitted cold only at *anchor* sizes of the history (every 25 % of
         growth, :meth:`_anchor`), on the first ``anchor`` ok observations with a seed of its own;
         in between, the fit starts from the anchor's hyperparameters and runs at most
-        ``WARM_MAX_ITER`` iterations (below the first anchor size every fit is cold). Both
+        ``WARM_MAX_ITER`` iterations, none from ``WARM_FIT_MAX_N`` observations on (below the
+        first anchor size every fit is cold). Both
         depend only on the told history, so a resumed search refits the same anchor and
         proposes what the original would have; an anchor is reused only for exactly the
         observations it was fitted on (:meth:`_anchor_fit`), and a fit is always of all of
@@ -221,7 +231,7 @@ class BayesianSearch(BayesianReport, BayesianPhases):
                     return self._fit(configs, v, seed, metric, direction, noise)
                 return self._make_gp(metric or self.objective, seed).fit(
                     configs, self._model_values(v, direction or self.direction), noise=noise,
-                    warm_start=warm, max_iter=WARM_MAX_ITER)
+                    warm_start=warm, max_iter=warm_iterations(len(configs)))
 
             pred, self.drift_exponent, _ = learn_drift(refit, values, covariate, sign)
             return pred
@@ -238,7 +248,7 @@ class BayesianSearch(BayesianReport, BayesianPhases):
         if n == m:
             return anchor
         return self._make_gp(metric, seed).fit(configs, values, noise=noise,
-                                               warm_start=anchor, max_iter=WARM_MAX_ITER)
+                                               warm_start=anchor, max_iter=warm_iterations(n))
 
     def _gp_data(self) -> tuple[list[dict], np.ndarray, np.ndarray | None, np.ndarray | None]:
         """The objective GP's ok observations, their observed noise

@@ -36,6 +36,37 @@ from .prior import cost_term_scores, prior_picks
 __all__ = ["BayesianPhases"]
 
 
+class _Weigher:
+    """The log weights of a pool's rows for their probability of running, computed once per row
+    and only for the rows asked (a screen asks for those it scores exactly).
+
+    With ``cut`` (a memory model) those under ``BO_P_FEASIBLE`` are floored while at least ``n``
+    others remain (:func:`~cubicml_lab.search.acquisition.feasibility_weights`). Lazily, the
+    floor is assumed (:meth:`weights`) and checked on the rows kept (:meth:`kept`): the kept
+    rows of highest score plus weight hold every likely row of the pool up to their number,
+    so fewer than ``n`` likely rows among them means fewer in the pool, and the kept rows are
+    weighed again without the floor."""
+
+    def __init__(self, log_p: Any, size: int, n: int, dtype: Any, cut: bool) -> None:
+        self.log_p, self.n, self.dtype, self.cut = log_p, n, dtype, cut
+        self._p = np.full(size, np.nan)
+
+    def _raw(self, rows: Any) -> np.ndarray:
+        idx = np.asarray(rows, dtype=np.int64)
+        todo = idx[np.isnan(self._p[idx])]
+        if len(todo):
+            self._p[todo] = self.log_p(todo)
+        return self._p[idx]
+
+    def weights(self, rows: Any) -> Any:
+        """Log weights of ``rows`` (indices into the pool), the floor assumed."""
+        return acq.feasibility_weights(self._raw(rows), 0, self.dtype, self.cut)
+
+    def kept(self, rows: Any) -> Any:
+        """Log weights of the kept ``rows``, floored only where ``n`` likely rows remain."""
+        return acq.feasibility_weights(self._raw(rows), self.n, self.dtype, self.cut)
+
+
 class BayesianPhases(BayesianModels):
     """The picks of each phase of a Bayesian search (module doc); no fits of the objective."""
 
@@ -83,21 +114,19 @@ class BayesianPhases(BayesianModels):
             if len(X_base) > acq.BASELINE_MAX:
                 info["baseline"] = acq.BASELINE_MAX
             X_base, mu_b = acq.trim_baseline(self.predictor, X_base)
-        score = None
+        log_w = torch.zeros(len(pool), dtype=X_pool.dtype)
+        weigh = self._feasibility_weigher(pool, X_pool, keys, n) \
+            if self.feasibility_model is not None else None
         if single and len(pool) > keep:
-            first = 4 * keep if self.feasibility_model is not None else keep
-            top, score = acq.screen(self.predictor, X_pool, float(mu_b.max()), first)
+            top, _ = acq.screen(self.predictor, X_pool, float(mu_b.max()), keep,
+                                None if weigh is None else weigh.weights)
+            if weigh is not None:
+                log_w = weigh.kept(top)
             pool, X_pool, keys = [pool[int(i)] for i in top], X_pool[top], [keys[int(i)]
                                                                              for i in top]
             info["screened"] = keep
-        log_w = torch.zeros(len(pool), dtype=X_pool.dtype)
-        if self.feasibility_model is not None:
-            n_space = self.space.encoded_bounds().shape[1]
-            log_w = acq.feasibility_weights(self._log_p_feasible(X_pool[:, :n_space], pool, keys),
-                                            n, X_pool.dtype, self.memory_model is not None)
-            if score is not None and len(pool) > keep:
-                top = torch.topk(score + log_w, keep).indices.sort().values
-                pool, X_pool, log_w = [pool[int(i)] for i in top], X_pool[top], log_w[top]
+        elif weigh is not None:
+            log_w = weigh.kept(np.arange(len(pool)))
         X_pend = self.predictor.encode(self.pending) if self.pending else X_pool[:0]
         with torch.no_grad(), warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -116,6 +145,20 @@ class BayesianPhases(BayesianModels):
         if values:
             info["relative_improvement"] = float(np.exp(values[0])) / scale
         return [dict(pool[j]) for j in picks]
+
+    def _feasibility_weigher(self, pool: list[dict], X_pool: Any, keys: list[str],
+                             n: int) -> _Weigher:
+        """The acquisition's log weights for the probability of running
+        (:func:`~cubicml_lab.search.acquisition.feasibility_weights`), computed only for the rows
+        a screen scores (:class:`_Weigher`)."""
+        n_space = self.space.encoded_bounds().shape[1]
+
+        def log_p(rows: np.ndarray) -> np.ndarray:
+            idx = [int(i) for i in rows]
+            return self._log_p_feasible(X_pool[idx, :n_space], [pool[i] for i in idx],
+                                        [keys[i] for i in idx])
+
+        return _Weigher(log_p, len(pool), n, X_pool.dtype, self.memory_model is not None)
 
     def _price_weights(self, X_pool: Any, seed: int, info: dict[str, Any]) -> Any:
         """Log weights of each pool row for its predicted price (:mod:`~cubicml_lab.search.cost`:

@@ -30,6 +30,8 @@ _CHOLESKY_MAX = 5000
 #: Candidates per posterior evaluation (the fast exact path; GPyTorch's general path).
 _PREDICT_CHUNK = 8192
 _GPYTORCH_CHUNK = 512
+#: Training points whose factor gives :meth:`FittedGP.top_encoded` its cheap variance bound.
+SCREEN_BLOCK = 256
 
 
 class FittedGP(BasePredictor):
@@ -265,8 +267,92 @@ class FittedGP(BasePredictor):
                 noise = m.likelihood.noise.reshape(-1).expand(Xt.shape[0])
                 L = torch.linalg.cholesky(K + torch.diag(noise))
                 resid = (m.train_targets - m.mean_module(Xt)).unsqueeze(-1)
-                self._factor = (m, Xt, L, torch.cholesky_solve(resid, L))
-        return self._factor[1:]
+                self._factor = (m, Xt, L, torch.cholesky_solve(resid, L), None)
+        return self._factor[1:4]
+
+    def top_encoded(self, X: torch.Tensor, score: Any, keep: int,
+                    weight: Any = None) -> tuple[Any, Any]:
+        """The ``keep`` rows of ``X`` of highest ``score(mean, variance)`` (plus ``weight``), as
+        ranking every row by :meth:`posterior_encoded` would, for a ``score`` that never falls
+        as the variance grows (expected improvement, an upper confidence bound).
+
+        For a ``SingleTaskGP`` with more than ``SCREEN_BLOCK`` training points the exact
+        variance is not computed for every row. Conditioning on fewer observations never
+        lowers a Gaussian process's variance, so the variance given a block of the training
+        points (the ``SCREEN_BLOCK`` of highest target, where an improvement is likely, half of
+        them spread over the rest) bounds each row's score from above at the cost of that
+        block's small factor. Rows are then scored exactly in the order of their bound
+        (``2 * keep`` first, then at most twice as many as so far) until every row whose bound
+        reaches the ``keep``-th best exact score is scored: no row left unscored can enter the
+        top, so the result is exact, not an approximation. The mean is
+        always exact (one product with the cached ``alpha``).
+
+        Args:
+            X: Encoded rows, shape (n, d), as :meth:`encode` returns.
+            score: ``score(mean, variance)`` of float64 tensors in model units, a tensor; NaN
+                counts as the worst.
+            keep: How many rows to return.
+            weight: ``weight(indices)``: a tensor of at most 0 per row of ``X`` asked for
+                (a log probability), added to the score; asked only for the rows scored
+                exactly (a costly model, e.g. the probability of fitting in memory).
+
+        Returns:
+            ``(indices, scores)``: the kept rows' indices in ``X``'s order and their scores.
+        """
+        import torch
+        from botorch.models import SingleTaskGP
+
+        self._check_fitted()
+        X = X.to(torch.float64)
+        keep = min(keep, len(X))
+
+        def exact(rows: torch.Tensor) -> torch.Tensor:
+            Xr = X[rows]
+            if isinstance(self.model, SingleTaskGP):
+                mu, var = self._fast_posterior(Xr)
+            else:
+                mu, var = (torch.as_tensor(a) for a in self.posterior_encoded(Xr))
+            s = score(mu, var) if weight is None else score(mu, var) + weight(rows)
+            return torch.nan_to_num(s, nan=-torch.inf)
+
+        n_train = len(self.model.train_targets) if isinstance(self.model, SingleTaskGP) else 0
+        if n_train <= SCREEN_BLOCK or len(X) <= 2 * keep:
+            s = exact(torch.arange(len(X)))
+            self.last_top_scored = len(X)
+            top = torch.topk(s, keep).indices.sort().values
+            return top, s[top]
+        bound = torch.nan_to_num(score(*self._fast_posterior(X, bound_only=True)),
+                                 nan=-torch.inf)
+        order = torch.argsort(bound, descending=True)
+        s = torch.full_like(bound, -torch.inf)
+        done, upto = 0, 2 * keep
+        while upto > done:
+            s[order[done:upto]] = exact(order[done:upto])
+            done = upto
+            kth = torch.topk(s[order[:done]], keep).values[-1]
+            # the rows whose bound reaches the keep-th best so far, a prefix of ``order``
+            upto = min(int((bound >= kth).sum()), 2 * done)
+        self.last_top_scored = done  # how many rows were scored exactly (tests, benchmarks)
+        top = torch.topk(s, keep).indices.sort().values
+        return top, s[top]
+
+    def _screen_block(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(indices, Cholesky factor)`` of the training block that bounds the variance in
+        :meth:`top_encoded`: half the ``SCREEN_BLOCK`` of highest target, half spread evenly
+        over the others; once per fit."""
+        import torch
+
+        _, L, _ = self._train_factor()
+        if self._factor[4] is None:  # type: ignore[index]
+            y = self.model.train_targets
+            by_y = torch.argsort(y, descending=True)
+            best = by_y[:SCREEN_BLOCK // 2]
+            rest = by_y[SCREEN_BLOCK // 2:]
+            spread = rest[torch.linspace(0, len(rest) - 1, SCREEN_BLOCK - len(best)).long()]
+            block = torch.cat([best, spread]).sort().values
+            rows = L[block]  # (K + noise)[block, block] = L[block] L[block]^T
+            self._factor = (*self._factor[:4], (block, torch.linalg.cholesky(rows @ rows.T)))
+        return self._factor[4]  # type: ignore[index]
 
     def _posterior(self, configs: Sequence[dict]) -> tuple[np.ndarray, np.ndarray]:
         """Posterior mean and variance of the latent function in model units, shape (n,) each."""
@@ -312,11 +398,16 @@ class FittedGP(BasePredictor):
         return (torch.cat(mus).numpy().astype(np.float64),
                 torch.cat(variances).numpy().astype(np.float64))
 
-    def _fast_posterior(self, X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def _fast_posterior(self, X: torch.Tensor,
+                        bound_only: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        """Exact mean and variance; with ``bound_only`` the exact mean and an upper bound of
+        the variance, from the training block of :meth:`_screen_block` only."""
         import torch
 
         m = self.model
         Xt, L, alpha = self._train_factor()
+        if bound_only:
+            block, L = self._screen_block()
         with torch.no_grad():
             tf = m.outcome_transform
             scale, shift = tf.stdvs.reshape(()), tf.means.reshape(())
@@ -324,7 +415,8 @@ class FittedGP(BasePredictor):
             for chunk in torch.split(X, _PREDICT_CHUNK):
                 xt = m.input_transform(chunk) if hasattr(m, "input_transform") else chunk
                 Ks = m.covar_module(xt, Xt).to_dense()
-                v = torch.linalg.solve_triangular(L, Ks.T, upper=False)
+                v = torch.linalg.solve_triangular(L, (Ks[:, block] if bound_only else Ks).T,
+                                                  upper=False)
                 prior = m.covar_module(xt, diag=True)
                 mus.append((m.mean_module(xt) + (Ks @ alpha).squeeze(-1)) * scale + shift)
                 variances.append((prior - (v * v).sum(0)).clamp_min(0.0) * scale**2)
