@@ -14,8 +14,8 @@ model with a device limit (``memory_model``, ``memory_limit_gib``: about a third
 predicted not to fit), as ``BayesianSearch(cost_model=..., memory_model=...)`` runs on a cluster.
 
 Targets (2 cores): at most 1 s with 100 and 5 s with 1,000 observations; with the prior, at most
-1.5 s with 100 (and 1.5 s with 1,000: not met yet; the screen's exact posterior variance of all
-50,000 candidates is most of what is left).
+1.5 s with 100 (and 1.5 s with 1,000: not met yet; the probability of fitting in memory for the
+rows the exact screen must score is most of what is left).
 
 Run:
     .venv/bin/python benchmarks/search_overhead.py                # about 3 minutes

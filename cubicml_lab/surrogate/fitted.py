@@ -293,8 +293,9 @@ class FittedGP(BasePredictor):
                 counts as the worst.
             keep: How many rows to return.
             weight: ``weight(indices)``: a tensor of at most 0 per row of ``X`` asked for
-                (a log probability), added to the score; asked only for the rows scored
-                exactly (a costly model, e.g. the probability of fitting in memory).
+                (a log probability), added to the score; asked only for rows scored exactly
+                whose score reaches the ``keep``-th best so far (a costly model, e.g. the
+                probability of fitting in memory: a row below stays out whatever its weight).
 
         Returns:
             ``(indices, scores)``: the kept rows' indices in ``X``'s order and their scores.
@@ -306,18 +307,25 @@ class FittedGP(BasePredictor):
         X = X.to(torch.float64)
         keep = min(keep, len(X))
 
-        def exact(rows: torch.Tensor) -> torch.Tensor:
+        def exact(rows: torch.Tensor, kth: Any) -> torch.Tensor:
+            """Exact scores of ``rows``; weighed only where the score reaches ``kth``: a row
+            below the keep-th best so far stays out whatever its weight (at most 0)."""
             Xr = X[rows]
             if isinstance(self.model, SingleTaskGP):
                 mu, var = self._fast_posterior(Xr)
             else:
                 mu, var = (torch.as_tensor(a) for a in self.posterior_encoded(Xr))
-            s = score(mu, var) if weight is None else score(mu, var) + weight(rows)
+            s = torch.nan_to_num(score(mu, var), nan=-torch.inf)
+            if weight is not None:
+                reach = s >= kth
+                s[~reach] = -torch.inf
+                if bool(reach.any()):
+                    s[reach] += torch.as_tensor(weight(rows[reach]), dtype=s.dtype)
             return torch.nan_to_num(s, nan=-torch.inf)
 
         n_train = len(self.model.train_targets) if isinstance(self.model, SingleTaskGP) else 0
         if n_train <= SCREEN_BLOCK or len(X) <= 2 * keep:
-            s = exact(torch.arange(len(X)))
+            s = exact(torch.arange(len(X)), -torch.inf)
             self.last_top_scored = len(X)
             top = torch.topk(s, keep).indices.sort().values
             return top, s[top]
@@ -325,11 +333,11 @@ class FittedGP(BasePredictor):
                                  nan=-torch.inf)
         order = torch.argsort(bound, descending=True)
         s = torch.full_like(bound, -torch.inf)
-        done, upto = 0, 2 * keep
+        done, upto, kth = 0, 2 * keep, -torch.inf
         while upto > done:
-            s[order[done:upto]] = exact(order[done:upto])
+            s[order[done:upto]] = exact(order[done:upto], kth)
             done = upto
-            kth = torch.topk(s[order[:done]], keep).values[-1]
+            kth = float(torch.topk(s[order[:done]], keep).values[-1])
             # the rows whose bound reaches the keep-th best so far, a prefix of ``order``
             upto = min(int((bound >= kth).sum()), 2 * done)
         self.last_top_scored = done  # how many rows were scored exactly (tests, benchmarks)
