@@ -73,7 +73,7 @@ lab: $(STAMP)
 test: $(STAMP)
 	@if [ "$${CI:-}" = "true" ] && [ "$$(id -u)" = "0" ]; then bash .ci/system-deps; fi
 	$(VENV)/bin/lint-imports --no-cache
-	$(PY) -m pytest -m "not gpu" --durations=15
+	$(PY) -m pytest -m "not gpu" --durations=40
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -m "not slow and not notebook and not browser and not slurm and not gpu" -q

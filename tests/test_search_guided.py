@@ -273,12 +273,13 @@ def trials_to_near_best(searcher: Searcher, fn, budget: int, batch: int) -> int:
 
 @pytest.mark.slow
 def test_the_mlp_guided_search_finds_a_near_best_config_faster_than_random(one_torch_thread):
-    """About 55 s: 5 guided campaigns of at most 45 trials (11 MLP fits) on 10 * 9 * 3 = 270
+    """About 30 s: 3 guided campaigns of at most 45 trials (11 MLP fits) on 10 * 9 * 3 = 270
     configurations, two of them within 5% of the best. Random search needs about 90 trials
     (measured: median 104 over 20 seeds); guided search about 30 (seeds 0-11 on 2026-11-27: 25,
     23, 41, 29, 97, 24, 78, 19, 42, 34, 40, 25), though pure top-k exploitation sometimes sticks
     to the wrong precision for a while: a campaign is cut at 45 trials, the most the median may
-    be, and counts as 46. benchmarks/search_efficiency.py compares the searchers on the shipped
+    be, and counts as 46. The median of 3 seeds fails only where 2 of 3 stick (2 of those 12
+    seeds did). benchmarks/search_efficiency.py compares the searchers on the shipped
     tables."""
     space = Space([PowerOfTwo("micro_batch", 1, 512),
                    Ordinal("d_model", [128, 192, 256, 320, 384, 512, 640, 768, 1024]),
@@ -290,7 +291,7 @@ def test_the_mlp_guided_search_finds_a_near_best_config_faster_than_random(one_t
             * SPEEDUP[cfg["precision"]]
 
     guided_n = [trials_to_near_best(PredictorGuidedSearch(space, seed=s), fn, 45, 4)
-                for s in range(5)]
+                for s in range(3)]
     random_n = [trials_to_near_best(RandomSearch(space, seed=s), fn, 270, 4) for s in range(20)]
     assert np.median(guided_n) <= min(45, 0.5 * np.median(random_n)), (guided_n, random_n)
 
