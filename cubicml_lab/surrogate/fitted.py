@@ -321,7 +321,7 @@ class FittedGP(BasePredictor):
                 s[~reach] = -torch.inf
                 if bool(reach.any()):
                     s[reach] += torch.as_tensor(weight(rows[reach]), dtype=s.dtype)
-            return torch.nan_to_num(s, nan=-torch.inf)
+            return s
 
         n_train = len(self.model.train_targets) if isinstance(self.model, SingleTaskGP) else 0
         if n_train <= SCREEN_BLOCK or len(X) <= 2 * keep:
