@@ -175,10 +175,10 @@ class FeasibilityModel:
             cls_cfgs = [c for c, k in zip(cls_cfgs, keep) if k]
             labels = [v for v, k in zip(labels, keep) if k]
         self.all_failed = bool(labels) and all(v < 0 for v in labels)
-        if self.memory_model is None and len({_key(c) for c in mem_cfgs}) >= 2:
+        if self.memory_model is None and _two_distinct(mem_cfgs):
             self.memory = GPPredictor(self.space, "peak_mem_gib", seed=self.seed).fit(
                 mem_cfgs, mem_vals, **self._warm(warm_start, "memory", warm_max_iter))
-        if len(set(labels)) == 2 and len({_key(c) for c in cls_cfgs}) >= 2:
+        if len(set(labels)) == 2 and _two_distinct(cls_cfgs):
             self.classifier = GPPredictor(self.space, "runs", log_objective=False,
                                           seed=self.seed).fit(
                 cls_cfgs, labels, **self._warm(warm_start, "classifier", warm_max_iter))
@@ -208,7 +208,7 @@ class FeasibilityModel:
                 continue
             cfgs.append(cfg)
         self.memory_ratio = float(np.mean(np.log(ratios))) if ratios else 0.0
-        if len({_key(c) for c in cfgs}) >= 2 and np.ptp(ratios) > 0:
+        if _two_distinct(cfgs) and np.ptp(ratios) > 0:
             try:
                 self.memory = GPPredictor(self.space, "peak_mem_ratio", seed=self.seed).fit(
                     cfgs, ratios, **fit_args)
@@ -278,3 +278,12 @@ class FeasibilityModel:
 
 def _key(config: dict) -> tuple:
     return tuple(sorted((k, repr(v)) for k, v in config.items()))
+
+
+def _two_distinct(configs: Sequence[dict]) -> bool:
+    """Whether ``configs`` hold at least two distinct configurations; stops at the first one
+    unlike the first (a search's thousand trials are not all keyed at every fit)."""
+    if not configs:
+        return False
+    first = _key(configs[0])
+    return any(_key(c) != first for c in configs[1:])
