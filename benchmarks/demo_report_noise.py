@@ -110,7 +110,7 @@ def main() -> None:
             sd = [100 * statistics.pstdev(math.log(x[i]) for x in v) for i in range(3)]
             sds.append(sd)
             print(f"  {key} x{len(v)}: " + " | ".join(f"{x:.2f}" for x in sd))
-        print(f"median: " + " | ".join(f"{statistics.median(x[i] for x in sds):.2f}"
+        print("median: " + " | ".join(f"{statistics.median(x[i] for x in sds):.2f}"
                                         for i in range(3))
               + f"; learned below stored in {sum(x[2] < x[1] for x in sds)} of {len(sds)}")
 

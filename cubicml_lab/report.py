@@ -38,7 +38,6 @@ Example:
 from __future__ import annotations
 
 import json
-import math
 import os
 import resource
 import sys

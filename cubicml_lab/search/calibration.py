@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .._html import card, fmt
+from .._html import card
 from ..errors import SearchError
 from ..surrogate.gp import UNIT_PRIOR_SD
 

@@ -54,6 +54,15 @@ __all__ = ["PythonWorkload"]
 _TYPES = (bool, int, float, str)
 
 
+def _cuda_sync(device: Any) -> Callable[[], None]:
+    """A function that waits for ``device``'s queued kernels (the measurement's clock)."""
+    import torch
+
+    def sync() -> None:
+        torch.cuda.synchronize(device)
+    return sync
+
+
 def _knob(name: str, value: Any) -> Knob:
     """A :class:`Knob` as given, or one whose default (and type) is ``value``."""
     if isinstance(value, Knob):
@@ -154,12 +163,7 @@ class PythonWorkload(Workload):
             raise ConfigError(f"PythonWorkload {self.name!r}: make returned {type(out).__name__}"
                               ", not a step function", hint="return step or (step, model)")
         params = sum(p.numel() for p in model.parameters()) if model is not None else 0
-        sync = None
-        if str(device).startswith("cuda"):
-            import torch
-
-            def sync() -> None:
-                torch.cuda.synchronize(device)
+        sync = _cuda_sync(device) if str(device).startswith("cuda") else None
         return Built(step=step, units_per_step=self.units_for(config),
                      flops_per_step=self._flops(config),
                      flops_convention="given by the workload" if self.flops_per_step is not None

@@ -32,7 +32,6 @@ import re
 import time
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any
 
 from ..errors import ConfigError
 from ..timing import MeasureOptions, Timing, summarize
