@@ -128,6 +128,39 @@ def test_a_memory_limit_without_a_memory_model_learns_from_measured_memory(space
     assert p_small > 0.5 > p_large
 
 
+def test_an_oom_keeps_its_neighbours_out_where_the_memory_model_is_wrong_in_structure(space):
+    """Without recompute the truth holds the activations twice (the model prices them once);
+    with full recompute it needs 0.8 of the model. Trials mostly with recompute measure 0.8,
+    then a layout without it runs out of memory at two thirds of the limit predicted: the
+    memory part alone (its ratio GP) still lets that layout's neighbour in, the classifier,
+    which learns out-of-memory trials too, keeps it out."""
+    import copy
+
+    from cubicml_lab.surrogate import FeasibilityModel
+
+    def truth(cfg):
+        return memory_gib(cfg) * (2.0 if cfg["recompute"] == "none" else 0.8)
+
+    told = [{"layers": la, "micro_batch": mb, "recompute": "full"} for la, mb in
+            [(1, 1), (2, 4), (4, 8), (8, 2), (6, 16), (3, 2), (8, 8), (5, 4)]]
+    told += [{"layers": 1, "micro_batch": 2, "recompute": "none"},
+             {"layers": 6, "micro_batch": 4, "recompute": "none"}]  # predicted 12, needs 24
+    statuses = ["ok" if truth(c) <= LIMIT else "oom" for c in told]
+    assert statuses.count("oom") == 1
+    peaks = [truth(c) if st == "ok" else math.nan for c, st in zip(told, statuses)]
+    fm = FeasibilityModel(space, memory_model=memory_gib).fit(told, statuses, peaks,
+                                                              memory_limit=LIMIT)
+    neighbour = {"layers": 4, "micro_batch": 4, "recompute": "none"}  # predicted 8, needs 16
+    memory_only = copy.copy(fm)
+    memory_only.classifier = None
+    assert fm.classifier is not None
+    [p], [p_memory] = (m.predict([neighbour], memory_limit=LIMIT) for m in (fm, memory_only))
+    assert p < BO_P_FEASIBLE < 0.9 < p_memory, (p, p_memory)
+    # far from the failure (recompute on, measured) the classifier leaves the memory part be
+    far = {"layers": 4, "micro_batch": 4, "recompute": "full"}
+    assert fm.predict([far], memory_limit=LIMIT)[0] > 0.9
+
+
 def test_bo_with_a_memory_model_proposes_only_likely_runs():
     # speed grows with x and so does memory (x GiB, measured within 10 %): the expected
     # improvement points past the 10 GiB limit, where the probability of running falls

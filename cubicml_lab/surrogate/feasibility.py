@@ -27,8 +27,12 @@ censored ratio ``max(1, limit / predicted) * CENSOR_MARGIN``; an ok trial withou
 prediction was above the limit says the peak was below it (``limit / predicted /
 CENSOR_MARGIN``). With fewer than two such trials the ratio is their geometric mean (1 with
 none), with a log-scale spread of :data:`PRIOR_LOG_SD`. ``P(fits) = Phi((log limit - log
-predicted - mu) / sd)``. Out-of-memory trials then teach the memory part from the first one, and
-the classifier learns only from the other failures (crashes, timeouts).
+predicted - mu) / sd)``. Out-of-memory trials then teach the memory part from the first one.
+They teach the classifier too, as every other failure does. The ratio GP corrects the memory
+model smoothly; where the model is wrong in structure (a pipeline schedule that holds twice the
+micro-batches it prices, so that layouts heavy in activations need more than the lighter ones
+measured) one censored ratio among many ok ones is largely put down to noise, and the
+classifier keeps the failure's neighbours unlikely whatever the ratio GP says.
 
 Example:
     >>> from cubicml_lab.space import Space, PowerOfTwo
@@ -171,9 +175,6 @@ class FeasibilityModel:
                                      hint="fit(..., memory_limit=80) for an 80 GiB device")
             self._fit_ratio(configs, statuses, mem, float(memory_limit),
                             self._warm(warm_start, "memory", warm_max_iter))
-            keep = [s != "oom" for s in statuses]  # ooms taught the memory part
-            cls_cfgs = [c for c, k in zip(cls_cfgs, keep) if k]
-            labels = [v for v, k in zip(labels, keep) if k]
         self.all_failed = bool(labels) and all(v < 0 for v in labels)
         if self.memory_model is None and _two_distinct(mem_cfgs):
             self.memory = GPPredictor(self.space, "peak_mem_gib", seed=self.seed).fit(
