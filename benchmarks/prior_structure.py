@@ -57,6 +57,7 @@ as given, the calibrated model and the GP rank the trials. Last, the targets, me
 Run (``--jobs`` worker processes, one torch thread each; 1 on a loaded 2-core machine):
     .venv/bin/python benchmarks/prior_structure.py --layouts-only # the tables only: ~15 s
     .venv/bin/python benchmarks/prior_structure.py --reports-only # prior_report per table: ~10 min
+    .venv/bin/python benchmarks/prior_structure.py --trace 0 --tables 13b-64xH100:combined
     .venv/bin/python benchmarks/prior_structure.py --quick        # 3 seeds: ~90 min, 1 process
     .venv/bin/python benchmarks/prior_structure.py                # 10 seeds: ~5 h, 1 process
     .venv/bin/python benchmarks/prior_structure.py --tables 13b-64xH100:combined --jobs 1
@@ -285,6 +286,27 @@ def posterior_at_stop(name: str, stops: dict) -> None:
 
 
 # ---------------------------------------------------------------------------------- targets
+def trace(name: str, seed: int, trials: int = 25) -> None:
+    """Each of the first ``trials`` of one prior+mem search: where its out-of-memory trials
+    come from (the phase that picked it, its probability of running when asked, the memory
+    model's GiB against the limit)."""
+    obj = pt.oracle(name)
+    _, _, memory, limit = table(name)
+    best = obj.best()[1]
+    search = pt.factories(name)["prior+mem"](seed)
+    print(f"{name}, seed {seed}")
+    for t in range(1, trials + 1):
+        [config] = search.ask()
+        info = search.last_ask_info
+        res = obj(config)
+        search.tell(config, res.values, status=res.status)
+        p = info.get("p_feasible_of_picks", [math.nan])[0]
+        regret = (f"{100 * (1 - res.values[obj.objective] / best):6.2f}%" if res.status == "ok"
+                  else "      ")
+        print(f"  {t:>2} {info['phase']:<8} P(runs) {p:.2f}  {memory(config):6.1f} of "
+              f"{limit:.0f} GiB  {res.status:<4} {regret}  {layout_text(config)}")
+
+
 def report_figures(name: str, trials: int = 25) -> dict:
     """What one ``prior+mem`` search (seed 0) tells its user after ``trials`` replayed trials:
     :meth:`BayesianSearch.prior_report`'s headline, every term's multiplier, and the Kendall
@@ -351,6 +373,9 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
     parser.add_argument("--layouts-only", action="store_true",
                         help="print the tables against the prior, no searches")
+    parser.add_argument("--trace", type=int, metavar="SEED", default=None,
+                        help="only one prior+mem search per table, this seed: each of its "
+                             "first 25 trials (phase, P(runs) when asked, GiB predicted, status)")
     parser.add_argument("--reports-only", action="store_true",
                         help="only what one prior+mem search's prior_report says per table")
     args = parser.parse_args()
@@ -363,6 +388,12 @@ def main() -> None:
     budget = args.budget
     t0 = time.perf_counter()
     layouts, search, stops, taus = {}, {}, {}, {}
+    if args.trace is not None:
+        use_structural_tables(("prior+mem",))
+        for name in args.tables:
+            trace(name, args.trace)
+        print(f"({time.perf_counter() - t0:.0f} s)")
+        return
     if args.reports_only:
         use_structural_tables(("prior+mem",))
         for name in args.tables:
