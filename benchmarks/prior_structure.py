@@ -110,12 +110,13 @@ TABLES = {
 SEARCHERS = ("bo", "prior", "prior+mem")
 #: A stop layout further than this from the table's best (%) counts as non-optimal.
 STALL_PCT = 1.0
-#: Mean out-of-memory trials in the first 25 of ``prior+mem`` with today's library (``--quick``:
-#: 3 seeds, budget 50): the ceiling a later search must not exceed.
+#: Mean out-of-memory trials in the first 25 of ``prior+mem`` with the library of the day these
+#: tables were made (f85aac2, budget 50; 10 seeds where the mean was above 0, measured again
+#: later: 3 seeds gave 1.0, 2.0 and 1.7): the ceiling a later search must not exceed.
 TODAY_OOM25: dict[str, float] = {
-    "175b-1024xH100:zero-bubble": 1.0, "13b-64xH100:tree-tp": 0.0,
-    "70b-256xH100:cheap-recompute": 0.0, "175b-1024xH100:allocator": 2.0,
-    "70b-256xH100:micro-batch-overhead": 0.0, "13b-64xH100:combined": 1.7,
+    "175b-1024xH100:zero-bubble": 0.8, "13b-64xH100:tree-tp": 0.0,
+    "70b-256xH100:cheap-recompute": 0.0, "175b-1024xH100:allocator": 2.1,
+    "70b-256xH100:micro-batch-overhead": 0.0, "13b-64xH100:combined": 1.9,
     "175b-1024xH100:dp-overlap": 0.0, "13b-64xH100:gemm-waves+dp": 0.0}
 
 
