@@ -159,6 +159,18 @@ def test_an_oom_keeps_its_neighbours_out_where_the_memory_model_is_wrong_in_stru
     # far from the failure (recompute on, measured) the classifier leaves the memory part be
     far = {"layers": 4, "micro_batch": 4, "recompute": "full"}
     assert fm.predict([far], memory_limit=LIMIT)[0] > 0.9
+    # a search that floors whatever is under BO_P_FEASIBLE skips the classifier where the
+    # memory part alone is under it: an upper bound there, the exact log P elsewhere
+    configs = space.enumerate()
+    X, prior = fm.classifier.encode(configs), fm.prior_gib(configs)
+    exact = fm.predict_encoded(X, len(X), LIMIT, prior_gib=prior, log=True)
+    floor = math.log(BO_P_FEASIBLE)
+    bound = fm.predict_encoded(X, len(X), LIMIT, prior_gib=prior, log=True, skip_below=floor)
+    skipped = bound < floor
+    assert np.allclose(bound[~skipped], exact[~skipped], rtol=1e-9, atol=1e-12)
+    assert np.all(bound >= exact - 1e-9 * np.abs(exact) - 1e-12)  # rows solved apart
+    assert skipped.any() and np.all(exact[skipped] < floor)
+    assert np.any(bound[skipped] > exact[skipped])  # the classifier was left out there
 
 
 def test_bo_with_a_memory_model_proposes_only_likely_runs():

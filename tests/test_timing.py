@@ -604,12 +604,19 @@ def test_cpu_peak_flops_is_measured_once_then_read_from_the_cache(tmp_path, monk
     import torch
 
     monkeypatch.setenv("CUBICML_LAB_CACHE_DIR", str(tmp_path))
-    t0 = time.perf_counter()
-    first = device_peak_flops("cpu", "fp32")
-    measure_s = time.perf_counter() - t0
-    assert measure_s >= 0.4, "the micro-benchmark runs about 0.5 s"
-    assert 1e8 < first < 1e14  # 0.1 GFLOP/s .. 100 TFLOP/s
     path = tmp_path / "cpu_peak.json"
+    for _ in range(3):  # a measurement whose slices shared the cores is None and not cached
+        t0 = time.perf_counter()
+        first = device_peak_flops("cpu", "fp32")
+        measure_s = time.perf_counter() - t0
+        assert measure_s >= 0.4, "the micro-benchmark runs about 0.5 s"
+        if first is not None:
+            break
+        assert not path.exists() or json.loads(path.read_text()) == {}
+    if first is None:
+        pytest.skip("every try shared the cores with other work (None, nothing cached, as "
+                    "documented): run the test on an idle machine")
+    assert 1e8 < first < 1e14  # 0.1 GFLOP/s .. 100 TFLOP/s
     cache = json.loads(path.read_text())
     (key,) = cache
     assert f"threads={torch.get_num_threads()}" in key and key.endswith("|fp32")

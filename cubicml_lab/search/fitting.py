@@ -275,9 +275,11 @@ class BayesianModels(Searcher):
             warm_start=warm, warm_max_iter=FEASIBILITY_WARM_MAX_ITER)
 
     def _log_p_feasible(self, X_space: Any, pool: list[dict],
-                        keys: list[str] | None) -> np.ndarray:
+                        keys: list[str] | None, skip_below: float | None = None) -> np.ndarray:
         """log P(runs) of each pool configuration from the feasibility model (0 without one);
-        the memory model's predictions are cached by configuration."""
+        the memory model's predictions are cached by configuration. ``skip_below``: rows the
+        memory part already puts below it get an upper bound
+        (:meth:`~cubicml_lab.surrogate.FeasibilityModel.predict_encoded`)."""
         if self.feasibility_model is None:
             return np.zeros(len(pool))
         prior = None
@@ -295,7 +297,8 @@ class BayesianModels(Searcher):
         return self.feasibility_model.predict_encoded(X_space, len(pool),
                                                       memory_limit=self.memory_limit_gib,
                                                       prior_gib=prior, log=True,
-                                                      when_all_failed=near)
+                                                      when_all_failed=near,
+                                                      skip_below=skip_below)
 
     def _encode_pool(self, pool: list[dict]) -> Any:
         """``space.encode(pool)`` through a cache keyed by configuration: a fixed pool of tens of

@@ -21,6 +21,7 @@ models, is the search's.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -45,17 +46,23 @@ class _Weigher:
     floor is assumed (:meth:`weights`) and checked on the rows kept (:meth:`kept`): the kept
     rows of highest score plus weight hold every likely row of the pool up to their number,
     so fewer than ``n`` likely rows among them means fewer in the pool, and the kept rows are
-    weighed again without the floor."""
+    weighed again without the floor. While the floor is assumed, a row the memory part alone
+    puts under it gets that part, an upper bound (``log_p(rows, skip_below)``: no failure
+    classifier for it); such rows are weighed exactly only if the floor is lifted."""
 
     def __init__(self, log_p: Any, size: int, n: int, dtype: Any, cut: bool) -> None:
         self.log_p, self.n, self.dtype, self.cut = log_p, n, dtype, cut
         self._p = np.full(size, np.nan)
+        self._bound = np.zeros(size, dtype=bool)  # _p holds an upper bound, under the floor
+        self._floor = math.log(acq.BO_P_FEASIBLE) if cut and acq.BO_P_FEASIBLE else None
 
-    def _raw(self, rows: Any) -> np.ndarray:
+    def _raw(self, rows: Any, exact: bool = False) -> np.ndarray:
         idx = np.asarray(rows, dtype=np.int64)
-        todo = idx[np.isnan(self._p[idx])]
+        todo = idx[np.isnan(self._p[idx]) | (exact & self._bound[idx])]
         if len(todo):
-            self._p[todo] = self.log_p(todo)
+            skip = None if exact else self._floor
+            self._p[todo] = self.log_p(todo, skip)
+            self._bound[todo] = skip is not None and self._p[todo] < skip
         return self._p[idx]
 
     def weights(self, rows: Any) -> Any:
@@ -64,7 +71,10 @@ class _Weigher:
 
     def kept(self, rows: Any) -> Any:
         """Log weights of the kept ``rows``, floored only where ``n`` likely rows remain."""
-        return acq.feasibility_weights(self._raw(rows), self.n, self.dtype, self.cut)
+        raw = self._raw(rows)
+        if self._floor is not None and int((raw >= self._floor).sum()) < self.n:
+            raw = self._raw(rows, exact=True)  # the floor is lifted: every weight counts
+        return acq.feasibility_weights(raw, self.n, self.dtype, self.cut)
 
 
 class BayesianPhases(BayesianModels):
@@ -153,10 +163,10 @@ class BayesianPhases(BayesianModels):
         a screen scores (:class:`_Weigher`)."""
         n_space = self.space.encoded_bounds().shape[1]
 
-        def log_p(rows: np.ndarray) -> np.ndarray:
+        def log_p(rows: np.ndarray, skip_below: float | None) -> np.ndarray:
             idx = [int(i) for i in rows]
             return self._log_p_feasible(X_pool[idx, :n_space], [pool[i] for i in idx],
-                                        [keys[i] for i in idx])
+                                        [keys[i] for i in idx], skip_below)
 
         return _Weigher(log_p, len(pool), n, X_pool.dtype, self.memory_model is not None)
 

@@ -239,7 +239,8 @@ class FeasibilityModel:
     def predict_encoded(self, X: torch.Tensor | None, n: int,
                         memory_limit: float | None = None, *,
                         prior_gib: np.ndarray | None = None, log: bool = False,
-                        when_all_failed: np.ndarray | None = None) -> np.ndarray:
+                        when_all_failed: np.ndarray | None = None,
+                        skip_below: float | None = None) -> np.ndarray:
         """:meth:`predict` of ``n`` configurations already encoded (``space.encode``, shape
         (n, d)); ``X`` may be None when neither GP is fitted. With a ``memory_model``,
         ``prior_gib`` holds its prediction for each of the ``n`` (a searcher computes it once
@@ -248,7 +249,10 @@ class FeasibilityModel:
         configuration 5 % over the limit from one 5 times over: ``P`` itself rounds to 0).
         ``when_all_failed``: the log probability of the failure part to use while every trial
         failed (default: P = 0 everywhere; a searcher passes one that grows with the distance
-        to the failures)."""
+        to the failures). ``skip_below`` (with ``log=True``): a row whose other parts already
+        put its ``log P`` below it skips the classifier and gets their sum, an upper bound of
+        its ``log P`` (the classifier only lowers it): what a searcher that floors every row
+        under a threshold needs, for a GP posterior fewer."""
         from scipy.stats import norm
 
         logp = np.zeros(n)
@@ -256,9 +260,23 @@ class FeasibilityModel:
             return np.full(n, -np.inf) if log else np.zeros(n)
         if self.all_failed:
             logp += np.asarray(when_all_failed, dtype=np.float64)
+        memory = self._memory_log_p(X, n, memory_limit, prior_gib)
         if self.classifier is not None:
-            mu, var = self.classifier.posterior_encoded(X)
-            logp += norm.logcdf(mu / np.sqrt(var + self.classifier._new_noise_var))
+            rows = np.arange(n) if skip_below is None or not log else \
+                np.flatnonzero(logp + memory >= skip_below)
+            if len(rows):
+                Xr = X if len(rows) == n else X[_torch_index(rows)]
+                mu, var = self.classifier.posterior_encoded(Xr)
+                logp[rows] += norm.logcdf(mu / np.sqrt(var + self.classifier._new_noise_var))
+        logp += memory
+        return logp if log else np.exp(logp)
+
+    def _memory_log_p(self, X: torch.Tensor | None, n: int, memory_limit: float | None,
+                      prior_gib: np.ndarray | None) -> np.ndarray:
+        """log P(fits in ``memory_limit``) of each row (0 where the memory part is left out)."""
+        from scipy.stats import norm
+
+        logp = np.zeros(n)
         if memory_limit is not None:
             if not (isinstance(memory_limit, (int, float)) and memory_limit > 0):
                 raise PredictorError(f"memory_limit = {memory_limit!r} must be > 0 (GiB)",
@@ -274,7 +292,14 @@ class FeasibilityModel:
                 mu, var = self.memory.posterior_encoded(X)
                 sd = np.sqrt(var + self.memory._new_noise_var)
                 logp += norm.logcdf((math.log(memory_limit) - mu) / sd)
-        return logp if log else np.exp(logp)
+        return logp
+
+
+def _torch_index(rows: np.ndarray) -> torch.Tensor:
+    """``rows`` as a tensor that indexes encoded rows."""
+    import torch
+
+    return torch.as_tensor(rows, dtype=torch.long)
 
 
 def _key(config: dict) -> tuple:
