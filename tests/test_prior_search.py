@@ -173,6 +173,36 @@ def test_an_oom_keeps_its_neighbours_out_where_the_memory_model_is_wrong_in_stru
     assert np.any(bound[skipped] > exact[skipped])  # the classifier was left out there
 
 
+def test_the_screens_weigher_asks_exact_weights_only_where_the_floor_is_lifted():
+    """Rows under BO_P_FEASIBLE get an upper bound while the floor holds (enough likely rows);
+    with too few likely rows the bounds are weighed again, exactly."""
+    import torch
+
+    from cubicml_lab.search.phases import _Weigher
+
+    exact = np.log([0.9, 0.3, 0.2, 0.8])
+    floor = math.log(BO_P_FEASIBLE)
+    asked = []
+
+    def log_p(rows, skip_below):
+        asked.append((list(rows), skip_below))
+        out = exact[rows].copy()
+        if skip_below is not None:  # a bound: above the exact value, still under the floor
+            under = out < skip_below
+            out[under] = (out[under] + skip_below) / 2
+        return out
+
+    held = _Weigher(log_p, 4, 2, torch.float64, cut=True)
+    w = held.kept(np.arange(4))
+    assert asked == [([0, 1, 2, 3], floor)]
+    assert torch.allclose(w[[0, 3]], torch.tensor(exact[[0, 3]])) and bool((w[1:3] < -100).all())
+    asked.clear()
+    lifted = _Weigher(log_p, 4, 3, torch.float64, cut=True)
+    w = lifted.kept(np.arange(4))
+    assert asked == [([0, 1, 2, 3], floor), ([1, 2], None)]
+    assert torch.allclose(w, torch.tensor(exact))
+
+
 def test_bo_with_a_memory_model_proposes_only_likely_runs():
     # speed grows with x and so does memory (x GiB, measured within 10 %): the expected
     # improvement points past the 10 GiB limit, where the probability of running falls

@@ -62,7 +62,7 @@ class _Weigher:
         if len(todo):
             skip = None if exact else self._floor
             self._p[todo] = self.log_p(todo, skip)
-            self._bound[todo] = skip is not None and self._p[todo] < skip
+            self._bound[todo] = False if skip is None else self._p[todo] < skip
         return self._p[idx]
 
     def weights(self, rows: Any) -> Any:

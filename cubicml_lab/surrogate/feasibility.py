@@ -265,8 +265,7 @@ class FeasibilityModel:
             rows = np.arange(n) if skip_below is None or not log else \
                 np.flatnonzero(logp + memory >= skip_below)
             if len(rows):
-                Xr = X if len(rows) == n else X[_torch_index(rows)]
-                mu, var = self.classifier.posterior_encoded(Xr)
+                mu, var = self.classifier.posterior_encoded(X if len(rows) == n else X[rows])
                 logp[rows] += norm.logcdf(mu / np.sqrt(var + self.classifier._new_noise_var))
         logp += memory
         return logp if log else np.exp(logp)
@@ -293,13 +292,6 @@ class FeasibilityModel:
                 sd = np.sqrt(var + self.memory._new_noise_var)
                 logp += norm.logcdf((math.log(memory_limit) - mu) / sd)
         return logp
-
-
-def _torch_index(rows: np.ndarray) -> torch.Tensor:
-    """``rows`` as a tensor that indexes encoded rows."""
-    import torch
-
-    return torch.as_tensor(rows, dtype=torch.long)
 
 
 def _key(config: dict) -> tuple:
