@@ -95,17 +95,21 @@ def test_failures_are_data_and_never_reproposed(gpt_space, tmp_store):
     """A trial that times out is stored as 'timeout', told to the searcher, and the campaign goes on."""
     # three configurations (d_model 1024 with micro_batch 1 only: a second timeout would add 15 s
     # and show nothing more); all three run, so a failure told and proposed again would leave
-    # one of them out
+    # one of them out. The sequence grows with the width, so the small trials stay cheap and the
+    # large one is heavy on any CPU.
     space = cml.Space([cml.Ordinal("d_model", [32, 1024]), cml.PowerOfTwo("micro_batch", 1, 2)],
+                      derived={"seq_len": "4 * d_model"},
                       constraints=["d_model * micro_batch <= 1024"])
     # 100 timed steps: a second or two for d_model 32 (the interpreter's start dominates, and a
-    # loaded machine gets 15 s for it), minutes for d_model 1024 on any CPU, so it times out
+    # loaded machine gets 15 s for it). d_model 1024 at 4,096 tokens is about 4 TFLOP a step,
+    # 400 TFLOP in all: minutes even on a CPU server that does several TFLOP/s (a
+    # sequence of 512 took under 15 s on one), so it times out
     launcher = cml.launch.Subprocess(timeout_s=15)
     camp = cml.Campaign("fail", space, workload="gpt", launcher=launcher,
                         searcher=cml.RandomSearch(space, seed=0), store=tmp_store,
                         measure_options={"max_time_s": 0.3, "warmup_max_s": 0.5, "min_steps": 100,
                                          "max_steps": 100},
-                        fixed={"n_layers": 8, "seq_len": 512, "vocab": 128, "n_heads": 2})
+                        fixed={"n_layers": 8, "vocab": 128, "n_heads": 2})
     df = camp.run(budget=3, progress=False, verbose=False)
     status = dict(zip(df["d_model"].astype(str) + "/" + df["micro_batch"].astype(str), df["status"]))
     assert status == {"1024/1": "timeout", "32/1": "ok", "32/2": "ok"}, status
