@@ -154,7 +154,9 @@ def test_torchrun_timeout_kills_every_worker() -> None:
     big = {"d_model": 1024, "n_layers": 4, "n_heads": 8, "seq_len": 1024, "vocab": 8192,
            "micro_batch": 8, "dp_shard": -1}
     launcher = Torchrun(2, timeout_s=8, env={"CUBICML_TEST_TAG": tag})
-    res = measure("gpt", big, launcher=launcher, measure_options=FAST)
+    # a thousand steps of 1.5 TFLOP per rank: no CPU finishes them inside 8 s
+    res = measure("gpt", big, launcher=launcher,
+                  measure_options={**FAST, "min_steps": 1000, "max_steps": 1000})
     assert res.status == "timeout", res.error
     assert 8 <= res.wall_s < 30
     assert live_pids_with_env(tag) == []
