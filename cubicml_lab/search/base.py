@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 import numbers
+from itertools import compress
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -255,11 +256,13 @@ class Searcher:
                 out.append(dict(cfg))
         if len(out) < n:
             pool = self._pool()
-            untried_pairs = [(k, c) for k, c in pool if k not in self._told
-                             and k not in self._pending and k not in self._skipped]
-            untried = [c for _, c in untried_pairs]
+            # a flag per configuration, then references: no new object per configuration (a
+            # pair each, 50,000 an ask, set off the interpreter's full garbage collections)
+            told, pending, skipped = self._told, self._pending, self._skipped
+            open_ = [k not in told and k not in pending and k not in skipped for k, _ in pool]
+            untried = list(compress([c for _, c in pool], open_))
             #: keys of the configurations handed to ``_propose``, in the same order
-            self._untried_keys = [k for k, _ in untried_pairs]
+            self._untried_keys = list(compress([k for k, _ in pool], open_))
             if not untried and not out:
                 raise _pools.exhausted(pool, self._told, self._pending, self._skipped)
             if untried:

@@ -40,6 +40,8 @@ def _matern_class() -> type:
 
     class FlooredMatern52(MaternKernel):
         def forward(self, x1: Any, x2: Any, diag: bool = False, **params: Any) -> Any:
+            if diag and x2 is x1:  # k(x, x) = 1 exactly: (1 + 0 + 0) * exp(0)
+                return torch.ones(x1.shape[:-1], dtype=x1.dtype, device=x1.device)
             x1, x2 = x1.nan_to_num(neginf=-1.0), x2.nan_to_num(neginf=-1.0)
             mean = x1.reshape(-1, x1.size(-1)).mean(0)  # centred, as GPyTorch's, for accuracy
             a, b = (x1 - mean).div(self.lengthscale), (x2 - mean).div(self.lengthscale)
