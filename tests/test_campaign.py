@@ -101,7 +101,8 @@ def test_failures_are_data_and_never_reproposed(gpt_space, tmp_store):
                       derived={"seq_len": "4 * d_model"},
                       constraints=["d_model * micro_batch <= 1024"])
     # 100 timed steps: a second or two for d_model 32 (the interpreter's start dominates, and a
-    # loaded machine gets 15 s for it). d_model 1024 at 4,096 tokens is about 4 TFLOP a step,
+    # loaded machine gets 15 s for it). d_model 1024 at 4,096 tokens is about 4 TFLOP a step
+    # (6 x 100M parameters x 4,096 tokens, plus attention),
     # 400 TFLOP in all: minutes even on a CPU server that does several TFLOP/s (a
     # sequence of 512 took under 15 s on one), so it times out
     launcher = cml.launch.Subprocess(timeout_s=15)

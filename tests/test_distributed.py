@@ -154,7 +154,8 @@ def test_torchrun_timeout_kills_every_worker() -> None:
     big = {"d_model": 1024, "n_layers": 4, "n_heads": 8, "seq_len": 1024, "vocab": 8192,
            "micro_batch": 8, "dp_shard": -1}
     launcher = Torchrun(2, timeout_s=8, env={"CUBICML_TEST_TAG": tag})
-    # a thousand steps of 1.5 TFLOP per rank: no CPU finishes them inside 8 s
+    # a thousand steps, each over a TFLOP per rank (6 x 67M parameters x its tokens): no CPU
+    # finishes them inside 8 s
     res = measure("gpt", big, launcher=launcher,
                   measure_options={**FAST, "min_steps": 1000, "max_steps": 1000})
     assert res.status == "timeout", res.error

@@ -25,8 +25,8 @@ from __future__ import annotations
 
 import math
 import numbers
-from itertools import compress
 from collections.abc import Mapping, Sequence
+from itertools import compress
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
