@@ -363,7 +363,9 @@ def test_concurrent_runs_keep_their_own_specs_and_results(tmp_path: Path) -> Non
 def test_real_trial_slower_than_its_timeout_times_out_and_leaves_nothing() -> None:
     tag = uuid.uuid4().hex
     launcher = Subprocess(timeout_s=4, env={"CUBICML_TEST_TAG": tag})
-    res = launcher.run({"workload": "gpt", "config": SLOW, "device": "cpu", "measure": FAST})
+    # a thousand steps (3,000 TFLOP, an estimate): no CPU ends them in 4 s, however fast
+    many = {**FAST, "min_steps": 1000, "max_steps": 1000}
+    res = launcher.run({"workload": "gpt", "config": SLOW, "device": "cpu", "measure": many})
     assert res.status == "timeout", res.error
     assert "timeout_s = 4" in res.error
     assert 4 <= res.wall_s < 10
