@@ -171,10 +171,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     name = "cubicml-lab"
     main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.getsignal(signal.SIGINT) if main_thread else None
+    ctrl_c = _CtrlC() if main_thread else None
     try:
         args = _parser().parse_args(argv)
         name = f"cubicml-lab {args.command}"
         _dispatch(args)
+        if ctrl_c is not None and ctrl_c.lost:  # it landed where Python only prints it
+            raise KeyboardInterrupt
     except CubicMLError as err:
         _exit_on_interrupt(name)
         print(f"{name}: error: {err}", file=sys.stderr)
@@ -184,11 +187,49 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{name}: {str(err) or 'interrupted'}", file=sys.stderr)
         return 130  # 128 + SIGINT, as a shell reports a program Ctrl-C ended
     finally:
+        if ctrl_c is not None:
+            ctrl_c.close()
         if argv is None:
             _exit_on_interrupt(name)
         elif main_thread and previous is not None:
             signal.signal(signal.SIGINT, previous)
     return 0
+
+
+class _CtrlC:
+    """Ctrl-C raises KeyboardInterrupt, as Python's own handler does, and is never lost.
+
+    Python only prints (``Exception ignored in ...``) an exception raised inside a weakref
+    callback or a ``__del__``; a Ctrl-C that lands there (seen in the import system's module-lock
+    callback, while a subcommand imports) would be dropped and the command go on. Such a lost
+    one is taken silently and delivered again 10 ms later (to the SIGINT handler in place,
+    so a process that ignores SIGINT still does), in the main thread's ordinary code; ``lost``
+    tells the caller one was lost at least once.
+    """
+
+    def __init__(self) -> None:
+        self.lost = False
+        self._again: threading.Timer | None = None
+        self._hook = sys.unraisablehook
+        sys.unraisablehook = self._unraisable
+
+    def _unraisable(self, info: object) -> None:
+        if isinstance(getattr(info, "exc_value", None), KeyboardInterrupt):
+            import _thread
+
+            self.lost = True
+            self._again = threading.Timer(0.01, _thread.interrupt_main)
+            self._again.daemon = True
+            self._again.start()
+        else:
+            self._hook(info)  # type: ignore[arg-type]
+
+    def close(self) -> None:
+        """Put Python's hook back; a delivery not yet made is not made."""
+        if self._again is not None:
+            self._again.cancel()
+        if sys.unraisablehook == self._unraisable:
+            sys.unraisablehook = self._hook
 
 
 if __name__ == "__main__":

@@ -97,3 +97,39 @@ def test_ctrl_c_in_run_exits_130_with_one_line(tmp_path):
     assert trial.status == "pending"
     assert not os.path.exists(f"/proc/{pid}") or \
         open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] == "Z"
+
+
+LANDS_IN_DEL = """
+import os, signal, sys, time
+from cubicml_lab import cli
+
+class Lands:
+    def __del__(self):  # a real SIGINT, taken while Python runs a __del__, where it only prints
+        os.kill(os.getpid(), signal.SIGINT)  # what is raised ("Exception ignored in ...")
+        for _ in range(1000):
+            pass
+
+def dispatch(args):
+    Lands()
+    time.sleep(5)
+    print("finished", flush=True)
+
+cli._dispatch = dispatch
+sys.exit(cli.main())
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="POSIX signals")
+def test_a_ctrl_c_that_lands_in_a_del_still_ends_the_command(tmp_path):
+    """CI saw ``report`` take a Ctrl-C inside the import system's module-lock callback, print
+    "Exception ignored", finish and exit 0. The command must still end at once, with 130 and
+    its one line."""
+    import signal
+
+    proc = subprocess.run([sys.executable, "-c", LANDS_IN_DEL, "report", "c", "--store",
+                           str(tmp_path / "lab.sqlite")], capture_output=True, text=True,
+                          timeout=60, preexec_fn=lambda: signal.signal(signal.SIGINT,
+                                                                       signal.SIG_DFL))
+    assert proc.returncode == 130, (proc.stdout, proc.stderr)
+    assert proc.stderr.strip().splitlines() == ["cubicml-lab report: interrupted"], proc.stderr
+    assert "finished" not in proc.stdout

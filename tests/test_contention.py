@@ -50,12 +50,15 @@ def cores() -> int:
 
 
 @contextmanager
-def busy_processes(n: int) -> Iterator[list[subprocess.Popen]]:
-    """``n`` CPU-bound processes (``while True: pass``) for the duration of the block."""
+def busy_processes(n: int, cpu: int | None = None) -> Iterator[list[subprocess.Popen]]:
+    """``n`` CPU-bound processes (``while True: pass``) for the duration of the block; all on
+    core ``cpu`` where given."""
     procs: list[subprocess.Popen] = []
     try:
         for _ in range(n):
             procs.append(subprocess.Popen([sys.executable, "-c", "while True: pass"]))
+            if cpu is not None:
+                os.sched_setaffinity(procs[-1].pid, {cpu})
         time.sleep(0.3)  # let them start spinning
         yield procs
     finally:
@@ -89,15 +92,21 @@ def test_guard_sees_the_wait_of_a_busy_thread() -> None:
             pass
 
     guard = CpuContention(threads=1)
-    with busy_processes(cores()):
-        waits = []
-        for _ in range(5):
-            guard.start()
-            spin(0.1)
-            contended, fig = guard.stop()
-            waits.append(fig["cpu_wait"])
-    # cores + 1 runnable threads on `cores` cores: this one waits about 1 / (cores + 1)
-    assert statistics.median(waits) > 0.1, waits
+    allowed = os.sched_getaffinity(0)
+    cpu = min(allowed)
+    try:  # this thread and one busy process on one core, whatever the machine's cores
+        os.sched_setaffinity(0, {cpu})
+        with busy_processes(1, cpu=cpu):
+            waits = []
+            for _ in range(5):
+                guard.start()
+                spin(0.1)
+                contended, fig = guard.stop()
+                waits.append(fig["cpu_wait"])
+    finally:
+        os.sched_setaffinity(0, allowed)
+    # two runnable threads on one core: this one waits about half the time
+    assert statistics.median(waits) > 0.25, waits
     assert 0.0 <= fig["cpu_util"] <= 1.05
 
 

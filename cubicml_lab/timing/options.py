@@ -45,7 +45,8 @@ class MeasureOptions:
         settle_rel: Warm-up ends when the last 3 step times (not counting the first step) are
             within this fraction of their median.
         window_min_s: Seconds a timed window lasts at least; steps are grouped so, and the
-            device is synchronised only at window edges.
+            device is synchronised only at window edges. Windows are shorter where
+            ``max_steps`` would otherwise leave fewer than 8 of them (a 95% CI needs 6).
         guard: Discard and re-time windows that shared the machine (on CPU: the trial's
             threads waited for a core more than ``max_cpu_wait`` of the window; on CUDA: the
             device throttled); see :class:`~cubicml_lab.hardware.CpuContention`.

@@ -4,8 +4,9 @@
 its steps instead. :func:`reported_timing` turns those reports into the same
 :class:`~cubicml_lab.timing.figures.Timing` record, by the same rules: the first report is never
 timed, warm-up lasts until the last 3 agree within ``settle_rel`` (or a warm-up budget is spent),
-then the steps are grouped into windows of at least ``window_min_s``, whose median and
-order-statistic 95% CI are the figure (:func:`~cubicml_lab.timing.figures.median_rel_ci`).
+then the steps are grouped into windows of at least ``window_min_s`` (shorter where ``max_steps``
+would leave fewer than 8), whose median and order-statistic 95% CI are the figure
+(:func:`~cubicml_lab.timing.figures.median_rel_ci`).
 :func:`reported_stop` says when the job has given enough: the CI target met after ``min_steps``,
 ``max_steps`` timed, or ``max_time_s`` of timed steps; or, given ``losing_step_s`` (from a
 campaign's best so far), once its windows show it cannot beat that, by the rule a timed step
@@ -25,7 +26,7 @@ import math
 from collections.abc import Sequence
 
 from .figures import Timing, median_rel_ci, quantile
-from .steps import MeasureOptions, _settled, is_losing
+from .steps import MeasureOptions, _settled, _steps_per_window, is_losing
 
 __all__ = ["reported_stop", "reported_timing"]
 
@@ -61,7 +62,7 @@ def reported_timing(reports: Sequence[tuple[int, float]], options: MeasureOption
     warm = _warmup_end(values, options)
     recent = sorted(values[1:warm][-3:] or values[:warm] or [math.nan])
     est = recent[len(recent) // 2]
-    k = max(1, math.ceil(options.window_min_s / est)) if est > 0 else 1
+    k = _steps_per_window(est, options)
     windows: list[float] = []
     steps, secs, timed = 0, 0.0, 0
     for n, v in reports[warm:]:

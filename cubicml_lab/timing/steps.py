@@ -284,8 +284,7 @@ def time_steps(step: Callable[[], Any], *, sync: Callable[[], None] | None = Non
     t_begin = time.perf_counter()
     warm = _warm_up(step, timer, agree, o)
     recent = sorted(warm[1:][-3:] or warm)  # the first step (compilation...) says nothing
-    est = max(recent[len(recent) // 2], 1e-9)
-    k = max(1, min(math.ceil(o.window_min_s / est), o.max_steps // _MIN_WINDOWS))
+    k = _steps_per_window(max(recent[len(recent) // 2], 1e-9), o)
     w = _Windows(o, agree, guard if o.guard else None, reference, reference_usual)
     stop_reason, rel_ci = "max_steps", math.inf
     gc_was_enabled = gc.isenabled()
@@ -320,6 +319,17 @@ def time_steps(step: Callable[[], Any], *, sync: Callable[[], None] | None = Non
         if gc_was_enabled:
             gc.enable()
     return replace(_timing(w, warm, k, stop_reason, time.perf_counter() - t_begin), idle=idle)
+
+
+def _steps_per_window(step_s: float, o: MeasureOptions) -> int:
+    """Steps per timed window for steps of about ``step_s`` seconds: enough for
+    ``window_min_s``, but no more than ``max_steps`` allows for :data:`_MIN_WINDOWS` windows
+    (a fast step would otherwise leave too few windows for a CI); 1 where ``step_s`` is not a
+    positive time. The one rule for :func:`time_steps` and a job's reports
+    (:func:`~cubicml_lab.timing.reported.reported_timing`)."""
+    if not step_s > 0:
+        return 1
+    return max(1, min(math.ceil(o.window_min_s / step_s), o.max_steps // _MIN_WINDOWS))
 
 
 def is_losing(times: Sequence[float], losing_step_s: float | None) -> bool:
