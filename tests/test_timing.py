@@ -611,22 +611,31 @@ def test_gpu_table_lookup_by_device_name() -> None:
         device_peak_flops("cpu", "int8")
 
 
+def measured_or_skip(measure, path: Path, why_none: str) -> float:
+    """A once-measured CPU figure, tried up to 3 times: a None (documented, where ``why_none``)
+    must leave nothing cached; 3 Nones skip the test with a notice that says why."""
+    for _ in range(3):
+        value = measure()
+        if value is not None:
+            return value
+        assert not path.exists() or json.loads(path.read_text()) == {}
+    pytest.skip(f"every try gave None, as documented where {why_none}: run the test on an "
+                "idle machine")
+
+
 def test_cpu_peak_flops_is_measured_once_then_read_from_the_cache(tmp_path, monkeypatch) -> None:
     import torch
 
     monkeypatch.setenv("CUBICML_LAB_CACHE_DIR", str(tmp_path))
     path = tmp_path / "cpu_peak.json"
-    for _ in range(3):  # a measurement whose slices shared the cores is None and not cached
+
+    def timed() -> float | None:
         t0 = time.perf_counter()
-        first = device_peak_flops("cpu", "fp32")
-        measure_s = time.perf_counter() - t0
-        assert measure_s >= 0.4, "the micro-benchmark runs about 0.5 s"
-        if first is not None:
-            break
-        assert not path.exists() or json.loads(path.read_text()) == {}
-    if first is None:
-        pytest.skip("every try shared the cores with other work (None, nothing cached, as "
-                    "documented): run the test on an idle machine")
+        flops = device_peak_flops("cpu", "fp32")
+        assert time.perf_counter() - t0 >= 0.4, "the micro-benchmark runs about 0.5 s"
+        return flops
+
+    first = measured_or_skip(timed, path, "the measurement shared the cores with other work")
     assert 1e8 < first < 1e14  # 0.1 GFLOP/s .. 100 TFLOP/s
     cache = json.loads(path.read_text())
     (key,) = cache
@@ -648,9 +657,11 @@ def test_an_attention_scores_cost_is_measured_once_per_shape_then_read_from_the_
     from cubicml_lab.hardware import attention_score_seconds
 
     monkeypatch.setenv("CUBICML_LAB_CACHE_DIR", str(tmp_path))
-    first = attention_score_seconds("fp32", seq_len=64, d_model=64)
-    assert first is not None and 1e-13 < first < 1e-5, first
     path = tmp_path / "cpu_peak.json"
+    first = measured_or_skip(lambda: attention_score_seconds("fp32", seq_len=64, d_model=64),
+                             path, "other work shared the cores, or 8 heads did not time slower "
+                             "than 2")
+    assert 1e-13 < first < 1e-5, first
     cache = json.loads(path.read_text())
     (key,) = cache
     assert f"threads={torch.get_num_threads()}" in key and "seq=64 d=64" in key
