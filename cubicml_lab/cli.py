@@ -218,6 +218,8 @@ class _CtrlC:
             import _thread
 
             self.lost = True
+            if self._again is not None and self._again.is_alive():
+                return  # one delivery pending already: one Ctrl-C ends the command once
             self._again = threading.Timer(0.01, _thread.interrupt_main)
             self._again.daemon = True
             self._again.start()

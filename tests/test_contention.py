@@ -50,15 +50,13 @@ def cores() -> int:
 
 
 @contextmanager
-def busy_processes(n: int, cpu: int | None = None) -> Iterator[list[subprocess.Popen]]:
-    """``n`` CPU-bound processes (``while True: pass``) for the duration of the block; all on
-    core ``cpu`` where given."""
+def busy_processes(n: int) -> Iterator[list[subprocess.Popen]]:
+    """``n`` CPU-bound processes (``while True: pass``) for the duration of the block, on the
+    cores this process may use (they inherit its affinity)."""
     procs: list[subprocess.Popen] = []
     try:
         for _ in range(n):
             procs.append(subprocess.Popen([sys.executable, "-c", "while True: pass"]))
-            if cpu is not None:
-                os.sched_setaffinity(procs[-1].pid, {cpu})
         time.sleep(0.3)  # let them start spinning
         yield procs
     finally:
@@ -94,9 +92,9 @@ def test_guard_sees_the_wait_of_a_busy_thread() -> None:
     guard = CpuContention(threads=1)
     allowed = os.sched_getaffinity(0)
     cpu = min(allowed)
-    try:  # this thread and one busy process on one core, whatever the machine's cores
-        os.sched_setaffinity(0, {cpu})
-        with busy_processes(1, cpu=cpu):
+    try:  # this thread and one busy process (it inherits the pin) on one core, whatever the
+        os.sched_setaffinity(0, {cpu})  # machine's cores
+        with busy_processes(1):
             waits = []
             for _ in range(5):
                 guard.start()
